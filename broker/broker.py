@@ -1,0 +1,105 @@
+"""The broker process: wires configuration, metadata, partitions, the Kafka listener and
+the metrics listener together, and owns start-up and graceful shutdown order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from .clock import Clock, SystemClock
+from .config import BrokerConfig
+from .handlers import load_all
+from .metadata import MetadataStore, open_store
+from .metadata import records
+from .metrics import BrokerMetrics, MetricsServer
+from .producer_ids import ProducerIdAllocator
+from .replica_manager import ReplicaManager
+from .server import KafkaServer
+from .topics import TopicCatalog
+from .waiters import FetchWaiters
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        load_all()
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.metrics = BrokerMetrics()
+        self.store: MetadataStore = open_store(config)
+        self.catalog = TopicCatalog(self.store, config)
+        self.waiters = FetchWaiters()
+        self.replicas = ReplicaManager(config, self.catalog, self.clock, self.metrics, self.waiters)
+        self.producer_ids = ProducerIdAllocator(self.store)
+        self.server = KafkaServer(self)
+        self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
+        self.cluster_id = ""
+        self.ready = False
+        self.stopping = False
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    async def start(self) -> None:
+        if self.config.metrics_listen:
+            host, port = _split(self.config.metrics_listen)
+            await self.metrics_server.start(host, port)
+        self.cluster_id = await self._cluster_id()
+        await self.catalog.load()
+        self.replicas.start()
+        host, port = _split(self.config.listen)
+        await self.server.start(host, port)
+        self.ready = True
+        log.info("broker %d serving Kafka on %s (advertised %s:%d), cluster %s, %d partitions",
+                 self.node_id, self.config.listen, *self.config.advertised, self.cluster_id,
+                 len(self.replicas.partitions))
+
+    async def stop(self) -> None:
+        """Stop accepting, answer in-flight requests (parked fetches return now), flush logs."""
+        self.ready = False
+        self.stopping = True
+        self.waiters.notify_all()
+        await self.server.stop()
+        await self.replicas.stop()
+        await self.store.close()
+        await self.metrics_server.stop()
+        log.info("broker %d stopped cleanly", self.node_id)
+
+    async def _cluster_id(self) -> str:
+        current = await self.store.get(records.CLUSTER_KEY)
+        if current is not None:
+            return records.decode(current.value, records.ClusterRecord).cluster_id
+        cluster_id = _kafka_style_id()
+        await self.store.put(records.CLUSTER_KEY,
+                             records.encode(records.ClusterRecord(records.RECORD_VERSION, cluster_id)),
+                             expected_revision=0)
+        return cluster_id
+
+
+def _kafka_style_id() -> str:
+    """Kafka cluster ids are 22-char URL-safe base64 UUIDs."""
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+async def run(config: BrokerConfig) -> None:
+    """Run until SIGINT/SIGTERM, then shut down gracefully."""
+    import signal
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutdown requested")
+    await broker.stop()

@@ -1,0 +1,82 @@
+"""`shoal` command line. `shoal broker` runs a broker; flags override SHOAL_* env vars,
+which override the TOML file given with --config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from .config import ConfigError, load_config
+
+_FLAG_KEYS = {
+    "node_id": "node.id", "az": "az", "listen": "listen", "advertise": "advertise",
+    "data_dir": "data.dir", "object_store": "object.store", "metadata": "metadata",
+    "metrics_listen": "metrics.listen",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shoal", description="Shoal: a Kafka-protocol broker with diskless topics")
+    commands = parser.add_subparsers(dest="command", required=True)
+    broker = commands.add_parser("broker", help="run a broker (no arguments: embedded single broker on 127.0.0.1:9092)")
+    broker.add_argument("--config", metavar="FILE", help="TOML config file (keys: docs/configuration.md)")
+    broker.add_argument("--node-id", type=int, help="broker id (default 0)")
+    broker.add_argument("--az", help="availability zone (rack) of this broker")
+    broker.add_argument("--listen", metavar="HOST:PORT", help="Kafka listener (default 127.0.0.1:9092)")
+    broker.add_argument("--advertise", metavar="HOST:PORT", help="address given to clients (default: --listen)")
+    storage = broker.add_mutually_exclusive_group()
+    storage.add_argument("--data-dir", metavar="DIR", help="partition logs and local metadata (default ./data)")
+    storage.add_argument("--stateless", action="store_true", default=None, help="no data dir, never hosts replicas")
+    broker.add_argument("--object-store", metavar="URL", help="file:///dir or s3://bucket/prefix?endpoint=...")
+    broker.add_argument("--metadata", metavar="URL", help="local: (default) or etcd://host:port/prefix")
+    broker.add_argument("--metrics-listen", metavar="HOST:PORT", help="Prometheus /metrics, /healthz, /readyz")
+    broker.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="any config key from docs/configuration.md (repeatable)")
+    broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, object] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"shoal: --set expects KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        overrides[key.strip()] = value
+    for attribute, key in _FLAG_KEYS.items():
+        value = getattr(args, attribute)
+        if value is not None:
+            overrides[key] = value
+    if args.stateless:
+        overrides["stateless"] = True
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 2
+    if config.stateless:
+        print("shoal: --stateless brokers need the cluster mode (etcd metadata), which is not available yet",
+              file=sys.stderr)
+        return 2
+    from .broker import run
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        runner(run(config))
+    except OSError as exc:
+        print(f"shoal: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

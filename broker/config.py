@@ -1,0 +1,154 @@
+"""Broker configuration: one frozen msgspec struct, validated once at start.
+
+Every field's config key is its name with `_` replaced by `.` (Kafka's dotted names
+where Kafka has one: `num.partitions`, `log.retention.ms`, ...). Sources, lowest
+precedence first: the TOML file (nested tables flatten to dotted keys), `SHOAL_*`
+environment variables (`SHOAL_LOG_RETENTION_MS` -> `log.retention.ms`), then
+command-line flags. A bad or unknown key stops the broker with a message naming it.
+Every key is documented in docs/configuration.md (a test enforces it).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Mapping
+
+import msgspec
+
+LONG_MAX = 9223372036854775807
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+MillisOrUnlimited = Annotated[int, msgspec.Meta(ge=-1)]
+
+
+class ConfigError(ValueError):
+    """Configuration that the broker refuses to start with; the message names the key."""
+
+
+def _dotted(name: str) -> str:
+    return name.replace("_", ".")
+
+
+class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename=_dotted):
+    # Identity and placement
+    node_id: NonNegative = 0
+    az: str | None = None
+    # Listeners
+    listen: str = "127.0.0.1:9092"
+    advertise: str | None = None
+    metrics_listen: str | None = "127.0.0.1:9464"
+    # Storage and metadata
+    data_dir: str | None = "./data"
+    stateless: bool = False
+    object_store: str | None = None
+    metadata: str = "local:"
+    # Network limits (Kafka names and defaults)
+    socket_request_max_bytes: Positive = 104857600
+    connections_max_idle_ms: Positive = 600000
+    queued_max_requests: Positive = 500
+    # Topic defaults (broker synonyms of topic configs)
+    num_partitions: Positive = 1
+    default_replication_factor: Positive = 1
+    auto_create_topics_enable: bool = True
+    log_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 1073741824
+    log_roll_ms: Positive = 604800000
+    log_retention_ms: MillisOrUnlimited = 604800000
+    log_retention_bytes: MillisOrUnlimited = -1
+    log_flush_interval_messages: Positive = LONG_MAX
+    log_flush_interval_ms: NonNegative = LONG_MAX
+    log_index_interval_bytes: NonNegative = 4096
+    log_index_size_max_bytes: Annotated[int, msgspec.Meta(ge=4)] = 10485760
+    message_max_bytes: NonNegative = 1048588
+    min_insync_replicas: Positive = 1
+    log_message_timestamp_type: str = "CreateTime"
+    log_message_timestamp_before_max_ms: NonNegative = LONG_MAX
+    log_message_timestamp_after_max_ms: NonNegative = 3600000
+    # Background work
+    log_retention_check_interval_ms: Positive = 300000
+    log_flush_scheduler_interval_ms: Positive = 1000
+    producer_id_expiration_ms: Positive = 86400000
+    producer_id_expiration_check_interval_ms: Positive = 600000
+
+    def __post_init__(self) -> None:
+        for key in ("listen", "advertise", "metrics.listen"):
+            value = getattr(self, key.replace(".", "_"))
+            if value is not None:
+                parse_host_port(value, key)
+        if self.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+            raise ConfigError("log.message.timestamp.type must be CreateTime or LogAppendTime, "
+                              f"not {self.log_message_timestamp_type!r}")
+        if self.stateless and self.data_dir is not None and self.data_dir != "./data":
+            raise ConfigError("--stateless and data.dir are exclusive: a stateless broker has no data dir")
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return parse_host_port(self.advertise or self.listen, "advertise")
+
+    @property
+    def data_path(self) -> Path:
+        if self.data_dir is None:
+            raise ConfigError("this broker has no data.dir")
+        return Path(self.data_dir)
+
+
+CONFIG_KEYS: tuple[str, ...] = tuple(_dotted(f) for f in BrokerConfig.__struct_fields__)
+
+
+def parse_host_port(value: str, key: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key} must be HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {name[6:].lower().replace("_", "."): value
+            for name, value in environ.items() if name.startswith("SHOAL_")}
+
+
+def load_config(config_file: str | None = None, overrides: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Merge file < env < overrides and validate; raise ConfigError naming the bad key."""
+    merged: dict[str, Any] = {}
+    if config_file:
+        try:
+            with open(config_file, "rb") as fh:
+                merged.update(_flatten(tomllib.load(fh)))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from exc
+    merged.update(_from_env(os.environ if environ is None else environ))
+    merged.update(overrides or {})
+    if merged.get("stateless") in (True, "true", "1") and "data.dir" not in merged:
+        merged["data.dir"] = None
+    unknown = sorted(k for k in merged if k not in CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown config key {unknown[0]!r} (see docs/configuration.md)")
+    try:
+        return msgspec.convert(merged, BrokerConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid config: {_readable(exc)}") from exc
+
+
+def _readable(exc: msgspec.ValidationError) -> str:
+    """msgspec says "Expected `int`, got `str` - at `$.num.partitions`"; put the key first."""
+    text = str(exc)
+    message, _, where = text.rpartition(" - at ")
+    if where.startswith("`$.") and where.endswith("`"):
+        return f"{where[3:-1]}: {message}"
+    return text

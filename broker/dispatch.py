@@ -1,0 +1,73 @@
+"""Request dispatch: one frame in, one encoded response (or none) out.
+
+Owns the decisions that do not belong to any one API: which handler, which version,
+what to do with a frame that cannot be decoded. A ConnectionFault means the stream can
+no longer be trusted; the server closes that connection and keeps serving the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from .handlers import registry
+from .protocol.errors import ErrorCode
+from .protocol.header import API_VERSIONS_KEY, HeaderError, RequestHeader, parse_request_header, peek_api
+from .protocol.messages import decode_request, encode_response, is_flexible
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionFault(Exception):
+    """The request cannot be answered; close the connection it came on."""
+
+
+def _unsupported_api_versions(correlation_id: int) -> list[bytes | bytearray]:
+    """ApiVersions v0 body with UNSUPPORTED_VERSION, listing what we support (KIP-511)."""
+    response = ApiVersionsResponse(
+        error_code=ErrorCode.UNSUPPORTED_VERSION,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                  for k, lo, hi in registry.supported_versions()],
+    )
+    header = RequestHeader(API_VERSIONS_KEY, 0, correlation_id, None)
+    return encode_response(header, response)
+
+
+async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | bytearray] | None:
+    try:
+        api_key, api_version, correlation_id = peek_api(frame)
+    except HeaderError as exc:
+        raise ConnectionFault(str(exc)) from None
+    handler = registry.HANDLERS.get(api_key)
+    if handler is None:
+        raise ConnectionFault(f"unsupported API key {api_key}")
+    if not handler.supports(api_version):
+        if api_key == API_VERSIONS_KEY:
+            return _unsupported_api_versions(correlation_id)
+        raise ConnectionFault(f"unsupported version {api_version} of API {api_key} "
+                              f"(supported {handler.min_version}-{handler.max_version})")
+    try:
+        header, body_offset = parse_request_header(frame, is_flexible(api_key, api_version))
+        request = decode_request(api_key, api_version, frame, body_offset)
+    except Exception as exc:  # the decoder raises many types on garbage; all mean "malformed"
+        raise ConnectionFault(f"malformed request (API {api_key} v{api_version}): {exc!r}") from None
+    started = time.perf_counter()
+    try:
+        response = await handler.fn(broker, header, request)
+    except ConnectionFault:
+        raise
+    except Exception:
+        log.exception("handler for API %s v%s failed (client %s, %s)", api_key, api_version,
+                      header.client_id, peer)
+        raise ConnectionFault("internal error while handling the request") from None
+    finally:
+        broker.metrics.observe_request(api_key, time.perf_counter() - started)
+    if response is None:
+        return None
+    return encode_response(header, response)

@@ -1,0 +1,16 @@
+"""One module per Kafka API. Importing a module registers its handler (see registry.py)."""
+
+from __future__ import annotations
+
+import importlib
+
+_MODULES = (
+    "api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
+    "init_producer_id", "create_topics", "delete_topics", "create_partitions", "describe_configs",
+    "alter_configs", "incremental_alter_configs", "describe_cluster", "delete_records",
+)
+
+
+def load_all() -> None:
+    for name in _MODULES:
+        importlib.import_module(f"{__name__}.{name}")

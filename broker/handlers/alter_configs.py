@@ -1,0 +1,28 @@
+"""AlterConfigs (legacy): a topic's overrides are replaced by exactly the configs sent."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import AlterConfigsResponse
+
+from ..protocol.errors import ApiError, ErrorCode
+from .config_resources import ResourceType, STATIC_BROKER_MESSAGE, alter_topic, require_resource_type
+from .registry import api
+
+_Result = AlterConfigsResponse.AlterConfigsResourceResponse
+
+
+@api(33)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    results = []
+    for resource in request.resources:
+        try:
+            if require_resource_type(resource.resource_type) == ResourceType.BROKER:
+                raise ApiError(ErrorCode.INVALID_REQUEST, STATIC_BROKER_MESSAGE)
+            await alter_topic(broker, resource.resource_name, {c.name: c.value for c in resource.configs},
+                              request.validate_only)
+            results.append(_Result(error_code=0, error_message=None, resource_type=resource.resource_type,
+                                   resource_name=resource.resource_name))
+        except ApiError as exc:
+            results.append(_Result(error_code=exc.code, error_message=exc.message,
+                                   resource_type=resource.resource_type, resource_name=resource.resource_name))
+    return AlterConfigsResponse(throttle_time_ms=0, responses=results)

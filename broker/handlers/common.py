@@ -1,0 +1,33 @@
+"""Small pieces several handlers share: broker lists and topic lookup by name or id."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from ..protocol.errors import ApiError, ErrorCode
+from ..topics import Topic
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def resolve_topic(broker: "Broker", name: str | None, topic_id: uuid.UUID | None) -> Topic:
+    """The topic a request names, by id (v13+ Produce/Fetch) or by name."""
+    if topic_id is not None and topic_id != ZERO_UUID:
+        topic = broker.catalog.by_id(topic_id)
+        if topic is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {topic_id}")
+        return topic
+    topic = broker.catalog.get(name or "")
+    if topic is None:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    return topic
+
+
+def live_brokers(broker: "Broker") -> list[tuple[int, str, int, str | None]]:
+    """(node_id, host, port, rack) of every live broker; just this one until the cluster issue."""
+    host, port = broker.config.advertised
+    return [(broker.node_id, host, port, broker.config.az)]

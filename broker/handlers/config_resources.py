@@ -1,0 +1,53 @@
+"""What DescribeConfigs, AlterConfigs and IncrementalAlterConfigs share: resource types,
+the broker's own (static, read-only) entries, and applying a change to a topic."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Mapping
+
+from ..config import CONFIG_KEYS
+from ..protocol.errors import ApiError, ErrorCode
+from ..topic_config import ConfigEntry, ConfigSource, ConfigType, broker_value
+from ..topics import Topic
+
+
+class ResourceType(IntEnum):
+    TOPIC = 2
+    BROKER = 4
+
+
+def broker_entries(broker) -> list[ConfigEntry]:  # type: ignore[no-untyped-def]
+    entries = []
+    for key in CONFIG_KEYS:
+        value, explicit = broker_value(broker.config, key)
+        source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+        entries.append(ConfigEntry(key, value, source, ConfigType.STRING, "see docs/configuration.md"))
+    return entries
+
+
+def check_broker_resource(broker, name: str) -> None:  # type: ignore[no-untyped-def]
+    if name not in ("", str(broker.node_id)):
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {name} is not this broker ({broker.node_id})")
+
+
+def require_resource_type(resource_type: int) -> ResourceType:
+    try:
+        return ResourceType(resource_type)
+    except ValueError:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported config resource type {resource_type}") from None
+
+
+async def alter_topic(broker, topic_name: str, overrides: Mapping[str, str | None], validate_only: bool) -> None:  # type: ignore[no-untyped-def]
+    """Replace a topic's overrides (validated) unless validate_only."""
+    topic: Topic | None = broker.catalog.get(topic_name)
+    if topic is None:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic_name!r}")
+    from ..topic_config import validate_overrides
+    clean = validate_overrides(overrides)
+    if not validate_only:
+        await broker.catalog.set_configs(topic_name, dict(clean))
+
+
+STATIC_BROKER_MESSAGE = ("broker configs are static in this version: change them in the config file, "
+                         "SHOAL_* environment or flags, and restart")

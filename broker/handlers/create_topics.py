@@ -1,0 +1,64 @@
+"""CreateTopics, including validate_only: same checks, nothing created."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import CreateTopicsResponse
+
+from ..protocol.errors import ApiError, ErrorCode
+from ..topic_config import describe
+from .registry import api
+
+_Result = CreateTopicsResponse.CreatableTopicResult
+_Config = _Result.CreatableTopicConfigs
+
+
+@api(19)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    results = []
+    seen: set[str] = set()
+    for creatable in request.topics:
+        try:
+            if creatable.name in seen:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request has duplicate topic {creatable.name}")
+            seen.add(creatable.name)
+            partitions = _partition_count(broker, creatable)
+            topic = broker.catalog.prepare(creatable.name, partitions,
+                                           {c.name: c.value for c in creatable.configs})
+            if not request.validate_only:
+                topic = await broker.catalog.create(topic)
+        except ApiError as exc:
+            results.append(_Result(name=creatable.name, error_code=exc.code, error_message=exc.message,
+                                   num_partitions=-1, replication_factor=-1, configs=[]))
+            continue
+        results.append(_Result(
+            name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None,
+            num_partitions=topic.partitions, replication_factor=1,
+            configs=[_Config(name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False)
+                     for e in describe(topic.configs, broker.config)]))
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+def _partition_count(broker, creatable) -> int:  # type: ignore[no-untyped-def]
+    """Check replication factor and manual assignments; return the partition count (-1 = default)."""
+    live = {broker.node_id}
+    if creatable.assignments:
+        if creatable.num_partitions != -1 or creatable.replication_factor != -1:
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           "Both numPartitions or replicationFactor and replicasAssignments were set.")
+        indexes = sorted(a.partition_index for a in creatable.assignments)
+        if indexes != list(range(len(indexes))):
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1 without gaps")
+        for assignment in creatable.assignments:
+            if not assignment.broker_ids or not set(assignment.broker_ids) <= live or \
+                    len(set(assignment.broker_ids)) != len(assignment.broker_ids):
+                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                               f"replicas {assignment.broker_ids} must be distinct live brokers {sorted(live)}")
+        return len(indexes)
+    factor = creatable.replication_factor
+    if factor == -1:
+        factor = broker.config.default_replication_factor
+    if factor < 1 or factor > len(live):
+        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                       f"Replication factor: {factor} larger than available brokers: {len(live)}." if factor > 0
+                       else "Replication factor must be larger than 0.")
+    return creatable.num_partitions

@@ -1,0 +1,38 @@
+"""DeleteRecords: advance a partition's log start offset (whole segments below it go)."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import DeleteRecordsResponse
+
+from ..protocol.errors import ApiError, ErrorCode
+from .registry import api
+
+_Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
+_Partition = _Topic.DeleteRecordsPartitionResult
+TO_HIGH_WATERMARK = -1
+
+
+@api(21)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for item in wanted.partitions:
+            try:
+                partition = broker.replicas.get(wanted.name, item.partition_index)
+                log = partition.log
+                offset = log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
+                if not log.log_start_offset <= offset <= log.high_watermark:
+                    if offset < log.log_start_offset:
+                        offset = log.log_start_offset
+                    else:
+                        raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                       f"offset {offset} is above the high watermark {log.high_watermark}")
+                log.delete_records_before(offset)
+                partitions.append(_Partition(partition_index=item.partition_index, low_watermark=log.log_start_offset,
+                                             error_code=0))
+            except ApiError as exc:
+                partitions.append(_Partition(partition_index=item.partition_index, low_watermark=-1,
+                                             error_code=exc.code))
+        topics.append(_Topic(name=wanted.name, partitions=partitions))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

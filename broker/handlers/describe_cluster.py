@@ -1,0 +1,26 @@
+"""DescribeCluster: cluster id, controller and brokers (the admin-client view)."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import DescribeClusterResponse
+
+from ..protocol.errors import ErrorCode
+from .common import live_brokers
+from .registry import api
+
+BROKER_ENDPOINT = 1
+
+
+@api(60)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    if header.api_version >= 1 and request.endpoint_type != BROKER_ENDPOINT:
+        return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                       error_message="only broker endpoints are served here",
+                                       endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,
+                                       controller_id=-1, brokers=[])
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
+        cluster_id=broker.cluster_id, controller_id=broker.node_id,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=n, host=h, port=p, rack=r, is_fenced=False)
+                 for n, h, p, r in live_brokers(broker)],
+    )

@@ -1,0 +1,59 @@
+"""DescribeConfigs for topics (effective values with their source) and this broker."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import DescribeConfigsResponse
+
+from ..protocol.errors import ApiError, ErrorCode
+from ..topic_config import ConfigSource, TOPIC_CONFIGS, broker_value, describe
+from .config_resources import ResourceType, broker_entries, check_broker_resource, require_resource_type
+from .registry import api
+
+_Result = DescribeConfigsResponse.DescribeConfigsResult
+_Config = _Result.DescribeConfigsResourceResult
+_Synonym = _Config.DescribeConfigsSynonym
+
+
+@api(32)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    results = []
+    for resource in request.resources:
+        try:
+            kind = require_resource_type(resource.resource_type)
+            if kind == ResourceType.TOPIC:
+                topic = broker.catalog.get(resource.resource_name)
+                if topic is None:
+                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {resource.resource_name!r}")
+                entries = describe(topic.configs, broker.config)
+            else:
+                check_broker_resource(broker, resource.resource_name)
+                entries = broker_entries(broker)
+        except ApiError as exc:
+            results.append(_Result(error_code=exc.code, error_message=exc.message,
+                                   resource_type=resource.resource_type, resource_name=resource.resource_name,
+                                   configs=[]))
+            continue
+        keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        configs = [
+            _Config(name=e.name, value=e.value, read_only=kind == ResourceType.BROKER, config_source=e.source,
+                    is_default=e.source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
+                    synonyms=_synonyms(broker, e) if request.include_synonyms else [],
+                    config_type=e.type, documentation=e.doc if request.include_documentation else None)
+            for e in entries if keys is None or e.name in keys
+        ]
+        results.append(_Result(error_code=0, error_message=None, resource_type=resource.resource_type,
+                               resource_name=resource.resource_name, configs=configs))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _synonyms(broker, entry) -> list:  # type: ignore[no-untyped-def]
+    """Where a topic value could come from, most specific first (Kafka's synonym list)."""
+    found = []
+    if entry.source == ConfigSource.TOPIC_CONFIG:
+        found.append(_Synonym(name=entry.name, value=entry.value, source=ConfigSource.TOPIC_CONFIG))
+    definition = TOPIC_CONFIGS.get(entry.name)
+    if definition is not None and definition.synonym.replace(".", "_") in broker.config.__struct_fields__:
+        value, explicit = broker_value(broker.config, definition.synonym)
+        found.append(_Synonym(name=definition.synonym, value=value,
+                              source=ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG))
+    return found

@@ -1,0 +1,108 @@
+"""Fetch: read committed entries (below the high watermark) of each partition, long
+polling until `min_bytes` are available or `max_wait_ms` passes; an append wakes parked
+fetches at once. Sizes follow KIP-74: the first batch of the response is returned whole
+even above `partition_max_bytes`/`max_bytes` so consumers always progress; after that both
+limits are hard. Fetch sessions (KIP-227) are declined with session id 0, which makes
+clients send full fetches, as the protocol allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kafka.protocol.consumer import FetchResponse
+
+from ..log import EntryKind, OffsetOutOfRangeError
+from ..protocol.errors import ApiError, ErrorCode
+from .common import resolve_topic
+from .registry import api
+
+_Topic = FetchResponse.FetchableTopicResponse
+_Partition = _Topic.PartitionData
+READ_COMMITTED = 1
+
+
+def check_leader_epoch(current_leader_epoch: int, leader_epoch: int) -> None:
+    """Kafka's fencing: an older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH."""
+    if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
+        return
+    if current_leader_epoch < leader_epoch:
+        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, f"epoch {current_leader_epoch} < leader epoch {leader_epoch}")
+    raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"epoch {current_leader_epoch} > leader epoch {leader_epoch}")
+
+
+@api(1)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        topics, total_bytes, has_error, keys = _read_all(broker, request)
+        remaining = deadline - loop.time()
+        if total_bytes >= request.min_bytes or has_error or remaining <= 0 or broker.stopping:
+            broker.metrics.fetched_bytes.inc(total_bytes)
+            return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        await broker.waiters.wait(keys, remaining)
+
+
+def _read_all(broker, request):  # type: ignore[no-untyped-def]
+    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    has_error = False
+    first_batch_pending = True
+    aborted = [] if request.isolation_level == READ_COMMITTED else None
+    keys = []
+    topics = []
+    for fetch_topic in request.topics:
+        partitions = []
+        try:
+            topic = resolve_topic(broker, fetch_topic.topic, fetch_topic.topic_id)
+            topic_error = None
+        except ApiError as exc:
+            topic, topic_error = None, exc
+        for fetch_partition in fetch_topic.partitions:
+            index = fetch_partition.partition
+            try:
+                if topic_error is not None:
+                    raise topic_error
+                partition = broker.replicas.get(topic.name, index)
+                check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
+                log = partition.log
+                high_watermark = log.high_watermark
+                limit = min(fetch_partition.partition_max_bytes, budget - total)
+                if first_batch_pending:
+                    entries = log.read(fetch_partition.fetch_offset, max(limit, 0), high_watermark)
+                elif limit > 0:
+                    entries = log.read(fetch_partition.fetch_offset, limit, high_watermark)
+                    if entries and entries[0].data.nbytes > limit:
+                        entries = []
+                else:
+                    entries = []
+            except OffsetOutOfRangeError as exc:
+                has_error = True
+                partitions.append(_error(index, ErrorCode.OFFSET_OUT_OF_RANGE, partition))
+                continue
+            except ApiError as exc:
+                has_error = True
+                partitions.append(_error(index, exc.code, None))
+                continue
+            keys.append(partition.key)
+            records = b"".join([e.data for e in entries if e.kind == EntryKind.RECORDS])
+            if records:
+                first_batch_pending = False
+                total += len(records)
+            partitions.append(_Partition(
+                partition_index=index, error_code=0, high_watermark=high_watermark,
+                last_stable_offset=high_watermark, log_start_offset=log.log_start_offset,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=records))
+        topics.append(_Topic(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id, partitions=partitions))
+    return topics, total, has_error, keys
+
+
+def _error(index: int, code: ErrorCode, partition):  # type: ignore[no-untyped-def]
+    log = partition.log if partition is not None else None
+    return _Partition(
+        partition_index=index, error_code=code,
+        high_watermark=log.high_watermark if log else -1,
+        last_stable_offset=log.high_watermark if log else -1,
+        log_start_offset=log.log_start_offset if log else -1,
+        aborted_transactions=None, preferred_read_replica=-1, records=b"")

@@ -1,0 +1,71 @@
+"""ListOffsets: earliest, latest (the high watermark: what a consumer can read), max
+timestamp, and by timestamp. A timestamp lookup finds the batch through the time index,
+then reads that one batch's records for the first record at or after the target, as Kafka
+does; this is the only place the broker decodes records, and it is not a hot path.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import ListOffsetsResponse
+from kafka.record.default_records import DefaultRecordBatch
+
+from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
+from ..protocol.errors import ApiError, ErrorCode
+from .fetch import check_leader_epoch
+from .registry import api
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+_Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+_Partition = _Topic.ListOffsetsPartitionResponse
+
+
+@api(2)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    topics = []
+    for list_topic in request.topics:
+        partitions = []
+        for list_partition in list_topic.partitions:
+            index = list_partition.partition_index
+            try:
+                partition = broker.replicas.get(list_topic.name, index)
+                check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
+                offset, timestamp = _lookup(partition.log, list_partition.timestamp)
+                partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,
+                                             offset=offset, leader_epoch=partition.leader_epoch))
+            except ApiError as exc:
+                partitions.append(_Partition(partition_index=index, error_code=exc.code, timestamp=-1, offset=-1,
+                                             leader_epoch=-1))
+        topics.append(_Topic(name=list_topic.name, partitions=partitions))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+def _lookup(log, target: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches."""
+    if target == LATEST:
+        return log.high_watermark, -1
+    if target in (EARLIEST, EARLIEST_LOCAL):
+        return log.log_start_offset, -1
+    if target == LATEST_TIERED:
+        return -1, -1
+    if target == MAX_TIMESTAMP:
+        entry = log.entry_with_max_timestamp()
+        if entry is None or entry.base_offset >= log.high_watermark:
+            return -1, -1
+        wanted = entry.header.max_timestamp
+        return _first_record_at_or_after(entry, wanted, exact=True)
+    if target < 0:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {target}")
+    entry = log.entry_for_timestamp(target)
+    if entry is None or entry.base_offset >= log.high_watermark:
+        return -1, -1
+    return _first_record_at_or_after(entry, target, exact=False)
+
+
+def _first_record_at_or_after(entry, target: int, exact: bool) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    header = entry.header
+    if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
+        return header.base_offset, header.max_timestamp
+    for record in DefaultRecordBatch(bytes(entry.data)):
+        if record.timestamp == target if exact else record.timestamp >= target:
+            return record.offset, record.timestamp
+    return header.last_offset, header.max_timestamp

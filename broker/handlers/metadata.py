@@ -1,0 +1,67 @@
+"""Metadata: brokers, cluster id, controller, and topics with their partition leaders.
+
+Unknown topics are auto-created when the client allows it and
+`auto.create.topics.enable` is true, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.metadata import MetadataResponse
+
+from ..protocol.errors import ApiError, ErrorCode
+from ..topics import Topic
+from .common import ZERO_UUID, live_brokers
+from .registry import api
+
+_Broker = MetadataResponse.MetadataResponseBroker
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+
+
+@api(3)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    if request.topics is None or (header.api_version == 0 and not request.topics):
+        topics = [_describe(broker, t) for t in broker.catalog.all()]
+    else:
+        allow_create = request.allow_auto_topic_creation if header.api_version >= 4 else True
+        topics = [await _lookup(broker, t.name, t.topic_id, allow_create) for t in request.topics]
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[_Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in live_brokers(broker)],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+        error_code=0,
+    )
+
+
+async def _lookup(broker, name, topic_id, allow_create: bool):  # type: ignore[no-untyped-def]
+    topic = broker.catalog.get(name) if name else None
+    if topic is None and topic_id is not None and topic_id != ZERO_UUID:
+        topic = broker.catalog.by_id(topic_id)
+        if topic is None:
+            return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id, partitions=[])
+    if topic is None:
+        if allow_create and broker.config.auto_create_topics_enable:
+            try:
+                topic = await broker.catalog.create(broker.catalog.prepare(name, -1, {}))
+            except ApiError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    return _Topic(error_code=exc.code, name=name, topic_id=ZERO_UUID, partitions=[])
+                topic = broker.catalog.get(name)
+        else:
+            return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID,
+                          partitions=[])
+    return _describe(broker, topic)
+
+
+def _describe(broker, topic: Topic):  # type: ignore[no-untyped-def]
+    node = broker.node_id
+    partitions = []
+    for index in range(topic.partitions):
+        partition = broker.replicas.partitions.get((topic.name, index))
+        epoch = partition.leader_epoch if partition else 0
+        partitions.append(_Partition(error_code=0, partition_index=index, leader_id=node, leader_epoch=epoch,
+                                     replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+    return _Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
+                  partitions=partitions)

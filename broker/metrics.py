@@ -1,0 +1,99 @@
+"""Prometheus metrics and the metrics listener (`/metrics`, `/healthz`, `/readyz`).
+
+Every metric is documented in docs/metrics.md (a test enforces it). The HTTP side is a
+few lines of asyncio on purpose: three fixed GET routes do not justify a web framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("shoal_requests", "Kafka requests handled, by API key.", ["api_key"], registry=r)
+        self.request_seconds = Histogram("shoal_request_seconds", "Time to handle a Kafka request, by API key.",
+                                         ["api_key"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.connections = Gauge("shoal_connections", "Open client connections.", registry=r)
+        self.bytes_in = Counter("shoal_network_received_bytes", "Kafka request bytes received.", registry=r)
+        self.bytes_out = Counter("shoal_network_sent_bytes", "Kafka response bytes sent.", registry=r)
+        self.produced_bytes = Counter("shoal_produced_bytes", "Record batch bytes appended to partition logs.",
+                                      registry=r)
+        self.produced_batches = Counter("shoal_produced_batches", "Record batches appended.", registry=r)
+        self.fetched_bytes = Counter("shoal_fetched_bytes", "Record batch bytes returned to fetches.", registry=r)
+        self.produce_errors = Counter("shoal_produce_errors", "Partitions of produce requests that failed, by error.",
+                                      ["error"], registry=r)
+        self.partitions = Gauge("shoal_partitions", "Partitions hosted by this broker.", registry=r)
+        self.log_flush_seconds = Histogram("shoal_log_flush_seconds", "Time to fsync a partition log.",
+                                           buckets=_LATENCY_BUCKETS, registry=r)
+        self._per_api: dict[int, tuple[Counter, Histogram]] = {}
+
+    def observe_request(self, api_key: int, seconds: float) -> None:
+        pair = self._per_api.get(api_key)
+        if pair is None:
+            label = str(api_key)
+            pair = self._per_api[api_key] = (self.requests.labels(label), self.request_seconds.labels(label))
+        pair[0].inc()
+        pair[1].observe(seconds)
+
+
+class MetricsServer:
+    """Serves /metrics, /healthz (process alive) and /readyz (broker serving)."""
+
+    def __init__(self, metrics: BrokerMetrics, ready: Callable[[], bool]) -> None:
+        self._metrics = metrics
+        self._ready = ready
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 5)
+            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = request_line.decode("latin-1").split()
+            path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+            status, body, content_type = self._route(parts[0] if parts else "", path)
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                         "Connection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (asyncio.TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
+
+    def _route(self, method: str, path: str) -> tuple[str, bytes, str]:
+        if method != "GET":
+            return "405 Method Not Allowed", b"only GET\n", "text/plain"
+        if path == "/metrics":
+            return "200 OK", generate_latest(self._metrics.registry), CONTENT_TYPE_LATEST
+        if path == "/healthz":
+            return "200 OK", b"ok\n", "text/plain"
+        if path == "/readyz":
+            if self._ready():
+                return "200 OK", b"ready\n", "text/plain"
+            return "503 Service Unavailable", b"not ready\n", "text/plain"
+        return "404 Not Found", b"not found\n", "text/plain"

@@ -1,0 +1,339 @@
+"""Per-partition idempotent-producer state: validate producer id / epoch / sequence per batch.
+
+Owns, for one partition, the state of every producer id that wrote to it: its current epoch,
+the metadata of its last 5 batches, and the timestamp of its last write. The partition leader
+asks `ProducerStateManager.check` before appending a batch and reports the append with
+`on_append`; a restart loads a snapshot and replays the log tail with `replay`.
+
+It works purely on `BatchHeader` values and an injected clock, never on log reads, so the
+classic produce path and the diskless commit path (where the leader sees only headers and
+coordinates) share it.
+
+Rules (Apache Kafka 3.x/4.x: `ProducerAppendInfo.checkProducerEpoch` / `checkSequence`,
+`ProducerStateEntry.findDuplicateBatch` / `addBatch`, `UnifiedLog.analyzeAndValidateProducerState`,
+`ProducerStateManager.isProducerExpired` / `readSnapshot` / `truncateAndReload`):
+
+1. A batch without a producer id (producer_id -1) is not checked and leaves no state:
+   only idempotent/transactional producers have sequences to check.
+2. Unknown producer id (no state): accept any epoch and any sequence, never
+   UNKNOWN_PRODUCER_ID. Since KIP-360 (Kafka 2.5) the broker cannot tell "new producer"
+   from "state expired or deleted by retention", so it accepts and lets the producer go on.
+3. Duplicate check runs first: same epoch as the state and a (first_seq, last_seq) exactly
+   equal to one of the retained batches -> `DuplicateBatch` with that batch's ORIGINAL offsets
+   and timestamp, answered with error NONE and not appended. A retry whose response was lost
+   must get the offsets the records really have.
+4. Epoch lower than the state's -> INVALID_PRODUCER_EPOCH (since 2.7 this replaced
+   PRODUCER_FENCED in produce responses): a zombie with an old epoch must be fenced.
+5. Epoch higher than the state's (bump): the first sequence must be 0, else
+   OUT_OF_ORDER_SEQUENCE_NUMBER; a bumped epoch restarts the sequence space. If the state has
+   no epoch (-1) any sequence is accepted (rule 2 in another form).
+6. Same epoch: base_sequence must follow the last retained batch's last sequence
+   (last + 1, or 0 after 2**31 - 1), else OUT_OF_ORDER_SEQUENCE_NUMBER. Gaps mean lost
+   batches; a retry older than the 5 retained batches also lands here, as in Kafka.
+   With a known epoch but no retained batch (e.g. after a marker cleared them) the expected
+   sequence is 0.
+7. Sequences wrap at 2**31: ``last_seq = (base_seq + last_offset_delta) mod 2**31`` (Kafka's
+   `DefaultRecordBatch.incrementSequence`), so a batch may span the wrap.
+8. Applying a batch whose epoch differs from the state's clears the retained batches and adopts
+   the new epoch (`maybeUpdateProducerEpoch`); then the batch is added and the oldest of more
+   than 5 dropped (`NUM_BATCHES_TO_RETAIN = 5`): 5 is the client's max in-flight requests per
+   connection with idempotence, so every batch a client may still retry is retained.
+9. `replay` applies without validation (Kafka's REPLICATION/log-recovery origin): the log was
+   validated when written, and rejecting on reload would lose state.
+10. A producer expires when ``now - last_timestamp >= producer.id.expiration.ms`` (default
+    86400000); ``last_timestamp`` is the batch's max_timestamp as written to the log (Kafka uses
+    the batch timestamp, not broker time). Expired producers are also dropped when a snapshot
+    is loaded. Expiry bounds the state; a producer that comes back is accepted by rule 2.
+11. Control batches (transaction markers, written only by the coordinator path): `check` does
+    the epoch check only (TV0/1: lower epoch -> INVALID_PRODUCER_EPOCH); applying one adopts
+    its epoch (clearing batches if it changed) and its timestamp but adds no batch metadata.
+
+Not implemented (transactions are a later milestone): ongoing-transaction tracking
+(currentTxnFirstOffset, coordinator epoch, "never expire a producer with an open
+transaction"), TV2 marker rules, and the transaction-verification rule "no state and
+sequence != 0 -> OUT_OF_ORDER" which Kafka applies only to verified TV2 transactional appends.
+
+Serialization contract for callers (one partition = one sequential actor):
+- ``check`` never mutates. For every batch, in partition order, the caller runs
+  ``check(h)`` and, if it returned None, assigns offsets and calls ``on_append(h, base_offset)``
+  BEFORE the next ``check`` for the same partition. Several batches of one request/commit are
+  checked one after another this way, each seeing the state left by the previous one.
+- No other ``check`` for the partition may interleave between a ``check`` and its
+  ``on_append``: run them in one partition task or under one per-partition lock, without
+  yielding in between. Otherwise a retry racing its original would be checked against state
+  that does not yet hold the original and be appended twice.
+- Call ``on_append`` when offsets are assigned and the entry is in the log's tail (before
+  waiting for fsync or replication, as Kafka does). If that tail is later truncated (failed
+  write, leader change), call ``truncate_and_reload`` and replay the surviving tail.
+- A ``DuplicateBatch`` answer is an append at those offsets for acks purposes: with acks=all
+  answer only once the high watermark is above ``last_offset``.
+- Call ``on_append`` for non-idempotent batches too (it only advances ``map_end_offset``),
+  so truncation can tell whether the in-memory state is still in step with the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from broker.clock import Clock
+from broker.producers import snapshot as snap
+from broker.protocol.batch import BatchHeader, NO_SEQUENCE
+from broker.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+NO_TIMESTAMP = -1
+INT32_MAX = (1 << 31) - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+
+
+@dataclass(slots=True, frozen=True)
+class BatchMetadata:
+    """One retained batch of a producer: enough to recognise and answer a retry."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True, frozen=True)
+class DuplicateBatch:
+    """Answer for a retried batch: do not append; respond NONE with these original values."""
+
+    base_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """State of one producer id on this partition."""
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    last_timestamp_ms: int = NO_TIMESTAMP
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """Kafka's findDuplicateBatch: same epoch and exactly the same sequence range."""
+        if header.producer_epoch != self.producer_epoch:
+            return None
+        first, last = header.base_sequence, header.last_sequence
+        for batch in self.batches:
+            if batch.first_seq == first and batch.last_seq == last:
+                return batch
+        return None
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """``next_seq`` directly follows ``last_seq``, wrapping from 2**31 - 1 to 0."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerStateManager:
+    """Idempotent-producer state of one partition (see the module docstring for the rules)."""
+
+    def __init__(self, clock: Clock, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        if expiration_ms <= 0:
+            raise ValueError(f"producer.id.expiration.ms must be > 0, got {expiration_ms}")
+        self._clock = clock
+        self._expiration_ms = expiration_ms
+        self._producers: dict[int, ProducerEntry] = {}
+        self._map_end_offset = 0
+
+    # --- queries ------------------------------------------------------------------------------
+
+    @property
+    def producer_count(self) -> int:
+        return len(self._producers)
+
+    @property
+    def map_end_offset(self) -> int:
+        """Offset after the last batch applied: the state reflects every batch below it."""
+        return self._map_end_offset
+
+    def entry(self, producer_id: int) -> ProducerEntry | None:
+        return self._producers.get(producer_id)
+
+    def active_producers(self) -> Mapping[int, ProducerEntry]:
+        """Read-only view of the state (do not mutate the entries)."""
+        return MappingProxyType(self._producers)
+
+    # --- validation ---------------------------------------------------------------------------
+
+    def check(self, header: BatchHeader) -> ErrorCode | DuplicateBatch | None:
+        """Validate one batch against the current state without changing it.
+
+        None: append it, then call `on_append`. DuplicateBatch: do not append; answer NONE with
+        its offsets. ErrorCode: reject the batch with that code.
+        """
+        if not header.has_producer_id:
+            return None
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            return None  # rule 2: unknown producer, any sequence (KIP-360)
+        epoch = header.producer_epoch
+        if header.is_control:
+            return ErrorCode.INVALID_PRODUCER_EPOCH if epoch < entry.producer_epoch else None
+        duplicate = entry.find_duplicate(header)
+        if duplicate is not None:
+            return DuplicateBatch(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp_ms)
+        if epoch < entry.producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if epoch != entry.producer_epoch:
+            if header.base_sequence != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            return None
+        if entry.producer_epoch == NO_PRODUCER_EPOCH:
+            return None
+        if not in_sequence(entry.last_seq, header.base_sequence):
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        return None
+
+    # --- updates ------------------------------------------------------------------------------
+
+    def on_append(self, header: BatchHeader, base_offset: int, timestamp_ms: int | None = None) -> None:
+        """Record a batch that `check` accepted and that now has offsets.
+
+        ``timestamp_ms`` is the batch's max timestamp as written to the log (after any
+        LogAppendTime stamping); it defaults to ``header.max_timestamp``. Passing what the log
+        holds keeps `replay` after a restart identical to never restarting.
+        """
+        self._apply(header, base_offset, header.max_timestamp if timestamp_ms is None else timestamp_ms)
+
+    def replay(self, header: BatchHeader, base_offset: int) -> None:
+        """Apply a log entry without validation (rebuilding after `load_latest_snapshot`).
+
+        Entries below `map_end_offset` are already in the state and are skipped, so replaying
+        from anywhere at or before the snapshot offset is safe.
+        """
+        if base_offset + header.last_offset_delta < self._map_end_offset:
+            return
+        self._apply(header, base_offset, header.max_timestamp)
+
+    def _apply(self, header: BatchHeader, base_offset: int, timestamp_ms: int) -> None:
+        last_offset = base_offset + header.last_offset_delta
+        if last_offset + 1 > self._map_end_offset:
+            self._map_end_offset = last_offset + 1
+        if not header.has_producer_id:
+            return
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_id)
+        if entry.producer_epoch != header.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = header.producer_epoch
+        entry.last_timestamp_ms = timestamp_ms
+        if header.is_control:
+            return
+        entry.batches.append(BatchMetadata(
+            header.base_sequence, header.last_sequence, base_offset, last_offset, timestamp_ms,
+        ))
+
+    # --- expiry -------------------------------------------------------------------------------
+
+    def is_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
+        return now_ms - entry.last_timestamp_ms >= self._expiration_ms
+
+    def expire(self, now_ms: int | None = None) -> int:
+        """Drop producers idle for at least ``expiration_ms``; returns how many were dropped."""
+        now = self._clock.now_ms() if now_ms is None else now_ms
+        expired = [pid for pid, entry in self._producers.items() if self.is_expired(entry, now)]
+        for pid in expired:
+            del self._producers[pid]
+        return len(expired)
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def take_snapshot(self, directory: Path, offset: int) -> Path:
+        """Write the state as the snapshot for ``offset`` (state must cover every batch below it).
+
+        ``offset`` may not be below `map_end_offset`: a snapshot holding batches at or above
+        its own offset would apply them twice on replay.
+        """
+        if offset < self._map_end_offset:
+            raise ValueError(
+                f"snapshot offset {offset} is below map_end_offset {self._map_end_offset}: "
+                "the state already includes batches at or above it"
+            )
+        self._map_end_offset = offset
+        producers = [
+            snap.SnapshotProducer(
+                entry.producer_id, entry.producer_epoch, entry.last_timestamp_ms,
+                [snap.SnapshotBatch(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
+                 for b in entry.batches],
+            )
+            for entry in self._producers.values()
+        ]
+        return snap.write_snapshot(directory, snap.SnapshotV1(offset=offset, producers=producers))
+
+    def load_latest_snapshot(self, directory: Path, max_offset: int) -> int:
+        """Replace the state with the newest snapshot at or below ``max_offset``.
+
+        Snapshots above ``max_offset`` are deleted (they are ahead of a truncated log). A
+        corrupt snapshot is deleted and the next older one tried, as Kafka does: the log replay
+        rebuilds what it held. A snapshot of an unknown format version raises
+        UnknownSnapshotVersionError and is left in place. Returns the loaded snapshot's
+        offset, 0 when none; the caller then replays log entries from there.
+        """
+        self._producers.clear()
+        self._map_end_offset = 0
+        snap.remove_stray_tmp_files(directory)
+        now = self._clock.now_ms()
+        for offset, path in reversed(snap.list_snapshots(directory)):
+            if offset > max_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                loaded = snap.read_snapshot(path)
+            except snap.CorruptSnapshotError as e:
+                log.warning("deleting corrupt producer snapshot: %s", e)
+                path.unlink(missing_ok=True)
+                continue
+            for p in loaded.producers:
+                entry = ProducerEntry(p.producer_id, p.producer_epoch, p.last_timestamp_ms)
+                entry.batches.extend(
+                    BatchMetadata(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
+                    for b in p.batches
+                )
+                if not self.is_expired(entry, now):
+                    self._producers[p.producer_id] = entry
+            self._map_end_offset = offset
+            return offset
+        return 0
+
+    def delete_snapshots_before(self, directory: Path, offset: int) -> None:
+        """Delete snapshots with an offset below ``offset`` (e.g. below the log start offset)."""
+        for snap_offset, path in snap.list_snapshots(directory):
+            if snap_offset < offset:
+                path.unlink(missing_ok=True)
+
+    def truncate_and_reload(self, directory: Path, log_start_offset: int, log_end_offset: int) -> int:
+        """Bring the state back in step with a log now spanning [log_start_offset, log_end_offset).
+
+        Deletes snapshots outside that range; if the state is not exactly at
+        ``log_end_offset``, reloads the newest snapshot. Returns the offset from which the
+        caller must `replay` the log up to ``log_end_offset`` (== log_end_offset: nothing to do).
+        """
+        for snap_offset, path in snap.list_snapshots(directory):
+            if snap_offset > log_end_offset or snap_offset < log_start_offset:
+                path.unlink(missing_ok=True)
+        if self._map_end_offset == log_end_offset:
+            return log_end_offset
+        loaded = self.load_latest_snapshot(directory, log_end_offset)
+        start = max(loaded, log_start_offset)
+        self._map_end_offset = start
+        return start

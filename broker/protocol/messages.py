@@ -1,0 +1,68 @@
+"""Typed request decoding and response encoding over kafka-python's schema classes.
+
+kafka-python 3.x generates compiled encoders/decoders from Apache Kafka's JSON message
+schemas; this module picks the classes for an API key and does the framing around them.
+No I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import (
+    AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    MetadataRequest, MetadataResponse,
+)
+from kafka.protocol.producer import (
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+)
+
+from .header import RequestHeader, encode_response_header
+
+_PAIRS = (
+    (ProduceRequest, ProduceResponse), (FetchRequest, FetchResponse),
+    (ListOffsetsRequest, ListOffsetsResponse), (MetadataRequest, MetadataResponse),
+    (FindCoordinatorRequest, FindCoordinatorResponse), (ApiVersionsRequest, ApiVersionsResponse),
+    (CreateTopicsRequest, CreateTopicsResponse), (DeleteTopicsRequest, DeleteTopicsResponse),
+    (DeleteRecordsRequest, DeleteRecordsResponse), (InitProducerIdRequest, InitProducerIdResponse),
+    (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+    (DescribeConfigsRequest, DescribeConfigsResponse), (AlterConfigsRequest, AlterConfigsResponse),
+    (CreatePartitionsRequest, CreatePartitionsResponse),
+    (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    (DescribeClusterRequest, DescribeClusterResponse),
+)
+REQUEST_CLASSES: dict[int, Any] = {req.API_KEY: req for req, _ in _PAIRS}
+RESPONSE_CLASSES: dict[int, Any] = {req.API_KEY: resp for req, resp in _PAIRS}
+
+
+def schema_versions(api_key: int) -> tuple[int, int]:
+    """The version range Kafka's schema defines for an API (what a handler may claim)."""
+    return REQUEST_CLASSES[api_key].valid_versions
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    return REQUEST_CLASSES[api_key].flexible_version_q(api_version)
+
+
+def decode_request(api_key: int, api_version: int, frame: bytes | memoryview, body_offset: int) -> Any:
+    """Decode a request body; raises on malformed input (the caller closes the connection)."""
+    body = memoryview(frame)[body_offset:]
+    return REQUEST_CLASSES[api_key].decode(body, version=api_version)
+
+
+def encode_response(header: RequestHeader, response: Any) -> list[bytes | bytearray]:
+    """Response header + body for `header`'s API and version, unframed."""
+    flexible = is_flexible(header.api_key, header.api_version) and header.api_key != 18
+    body = response.encode(version=header.api_version)
+    return [encode_response_header(header.correlation_id, flexible), body]

@@ -1,0 +1,134 @@
+"""The partitions this broker hosts: opened from the topic catalog at start, created and
+deleted as the catalog changes, and maintained by background tasks (flush policy,
+time-based segment roll, retention, producer-id expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import uuid
+from pathlib import Path
+
+from .clock import Clock
+from .config import BrokerConfig
+from .metrics import BrokerMetrics
+from .partition import Partition
+from .protocol.errors import ApiError, ErrorCode
+from .topics import Topic, TopicCatalog
+from .waiters import FetchWaiters
+
+log = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, int]
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, catalog: TopicCatalog, clock: Clock,
+                 metrics: BrokerMetrics, waiters: FetchWaiters) -> None:
+        self._config = config
+        self._catalog = catalog
+        self._clock = clock
+        self._metrics = metrics
+        self.waiters = waiters
+        self._dir = config.data_path / "logs"
+        self.partitions: dict[PartitionKey, Partition] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        catalog.subscribe(self._on_topic_change)
+
+    def start(self) -> None:
+        self._dir.mkdir(parents=True, exist_ok=True)
+        for topic in self._catalog.all():
+            self._open_topic(topic)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self._config.log_flush_scheduler_interval_ms, self._flush_and_roll)),
+            loop.create_task(self._every(self._config.log_retention_check_interval_ms, self._enforce_retention)),
+            loop.create_task(self._every(self._config.producer_id_expiration_check_interval_ms,
+                                         self._expire_producers)),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.waiters.notify_all()
+        for partition in self.partitions.values():
+            partition.close()
+        self.partitions.clear()
+
+    def get(self, topic: str, index: int) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"This server does not host this topic-partition: {topic}-{index}")
+        return partition
+
+    # -- catalog changes -------------------------------------------------------
+    async def _on_topic_change(self, name: str, topic: Topic | None) -> None:
+        if topic is None:
+            await self._delete_topic(name)
+            return
+        for index in range(topic.partitions):
+            partition = self.partitions.get((name, index))
+            if partition is not None:
+                partition.update_settings(topic.settings)
+        self._open_topic(topic)
+
+    def _open_topic(self, topic: Topic) -> None:
+        for index in range(topic.partitions):
+            if (topic.name, index) in self.partitions:
+                continue
+            directory = self._dir / f"{topic.name}-{index}"
+            partition = Partition.open(topic.name, index, directory, topic.settings, self._clock,
+                                       self._config.producer_id_expiration_ms, self._on_append)
+            self.partitions[(topic.name, index)] = partition
+        self._metrics.partitions.set(len(self.partitions))
+
+    async def _delete_topic(self, name: str) -> None:
+        doomed: list[Path] = []
+        for key in [k for k in self.partitions if k[0] == name]:
+            partition = self.partitions.pop(key)
+            partition.log.close()
+            tombstone = partition.directory.with_name(f"{partition.directory.name}.{uuid.uuid4().hex}-delete")
+            partition.directory.rename(tombstone)
+            doomed.append(tombstone)
+            self.waiters.notify(key)
+        self._metrics.partitions.set(len(self.partitions))
+        if doomed:
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: [shutil.rmtree(d, ignore_errors=True) for d in doomed])
+
+    def _on_append(self, partition: Partition) -> None:
+        self.waiters.notify(partition.key)
+
+    # -- background maintenance ------------------------------------------------
+    async def _every(self, interval_ms: int, job) -> None:  # type: ignore[no-untyped-def]
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await job()
+            except Exception:
+                log.exception("background job %s failed", getattr(job, "__name__", job))
+
+    async def _flush_and_roll(self) -> None:
+        now = self._clock.now_ms()
+        loop = asyncio.get_running_loop()
+        for partition in list(self.partitions.values()):
+            partition.log.maybe_roll(now)
+            if partition.log.needs_flush(now):
+                started = loop.time()
+                await loop.run_in_executor(None, partition.log.flush)
+                self._metrics.log_flush_seconds.observe(loop.time() - started)
+
+    async def _enforce_retention(self) -> None:
+        now = self._clock.now_ms()
+        for partition in list(self.partitions.values()):
+            if partition.log.enforce_retention(now):
+                partition.producers.delete_snapshots_before(partition.directory, partition.log.log_start_offset)
+
+    async def _expire_producers(self) -> None:
+        now = self._clock.now_ms()
+        for partition in list(self.partitions.values()):
+            partition.producers.expire(now)

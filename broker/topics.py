@@ -1,0 +1,158 @@
+"""The topic catalog: names, ids, partition counts and config overrides, kept in the
+metadata store and cached in memory. Listeners (the replica manager) are told of every
+change so partition logs follow the catalog.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from .config import BrokerConfig
+from .metadata import MetadataStore
+from .metadata import records
+from .protocol.errors import ApiError, ErrorCode
+from .topic_config import TopicSettings, effective, validate_overrides
+
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_PARTITIONS = 10_000
+
+
+def check_topic_name(name: str | None) -> str:
+    """Kafka's rules: 1-249 chars of [a-zA-Z0-9._-], not '.' or '..'."""
+    if not name:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters")
+    if not _LEGAL.match(name):
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Topic name \"{name}\" is illegal, it contains a character other than "
+                       "ASCII alphanumerics, '.', '_' and '-'")
+    return name
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str]
+    settings: TopicSettings
+    internal: bool = False
+
+
+Listener = Callable[[str, "Topic | None"], Awaitable[None]]
+
+
+@dataclass
+class TopicCatalog:
+    store: MetadataStore
+    broker: BrokerConfig
+    _by_name: dict[str, Topic] = field(default_factory=dict)
+    _by_id: dict[uuid.UUID, Topic] = field(default_factory=dict)
+    _listeners: list[Listener] = field(default_factory=list)
+
+    async def load(self) -> None:
+        for kv in await self.store.list(records.TOPIC_PREFIX):
+            self._cache(self._from_record(records.decode(kv.value, records.TopicRecord)))
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def get(self, name: str) -> Topic | None:
+        return self._by_name.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self._by_id.get(topic_id)
+
+    def all(self) -> list[Topic]:
+        return list(self._by_name.values())
+
+    def prepare(self, name: str, partitions: int, configs: dict[str, str | None]) -> Topic:
+        """Validate a creation without doing it (CreateTopics validate_only shares this)."""
+        check_topic_name(name)
+        if name in self._by_name:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions == -1:
+            partitions = self.broker.num_partitions
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS,
+                           f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.")
+        overrides = validate_overrides(configs)
+        return Topic(name, uuid.uuid4(), partitions, overrides, effective(overrides, self.broker))
+
+    async def create(self, topic: Topic) -> Topic:
+        record = records.TopicRecord(records.RECORD_VERSION, topic.name, str(topic.topic_id),
+                                     topic.partitions, topic.configs, topic.internal)
+        from .metadata import RevisionConflict
+        try:
+            await self.store.put(records.topic_key(topic.name), records.encode(record), expected_revision=0)
+        except RevisionConflict:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from None
+        self._cache(topic)
+        await self._notify(topic.name, topic)
+        return topic
+
+    async def delete(self, name: str) -> Topic:
+        topic = self._require(name)
+        await self.store.delete(records.topic_key(name))
+        del self._by_name[name]
+        self._by_id.pop(topic.topic_id, None)
+        await self._notify(name, None)
+        return topic
+
+    def check_new_partition_count(self, name: str, count: int) -> Topic:
+        topic = self._require(name)
+        if count <= topic.partitions:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS,
+                           f"Topic currently has {topic.partitions} partitions, which is higher than or "
+                           f"equal to the requested {count}.")
+        if count > MAX_PARTITIONS:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions per topic.")
+        return topic
+
+    async def set_partition_count(self, name: str, count: int) -> Topic:
+        topic = self.check_new_partition_count(name, count)
+        return await self._update(topic, partitions=count)
+
+    async def set_configs(self, name: str, overrides: dict[str, str | None]) -> Topic:
+        """Replace the topic's overrides (callers merge for incremental changes)."""
+        topic = self._require(name)
+        return await self._update(topic, configs=validate_overrides(overrides))
+
+    def _require(self, name: str) -> Topic:
+        topic = self._by_name.get(name)
+        if topic is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"This server does not host this topic: {name}")
+        return topic
+
+    async def _update(self, topic: Topic, partitions: int | None = None,
+                      configs: dict[str, str] | None = None) -> Topic:
+        configs = topic.configs if configs is None else configs
+        updated = Topic(topic.name, topic.topic_id, partitions or topic.partitions, configs,
+                        effective(configs, self.broker), topic.internal)
+        record = records.TopicRecord(records.RECORD_VERSION, updated.name, str(updated.topic_id),
+                                     updated.partitions, updated.configs, updated.internal)
+        await self.store.put(records.topic_key(topic.name), records.encode(record))
+        self._cache(updated)
+        await self._notify(updated.name, updated)
+        return updated
+
+    def _from_record(self, record: records.TopicRecord) -> Topic:
+        return Topic(record.name, uuid.UUID(record.topic_id), record.partitions, dict(record.configs),
+                     effective(record.configs, self.broker), record.internal)
+
+    def _cache(self, topic: Topic) -> None:
+        self._by_name[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+
+    async def _notify(self, name: str, topic: Topic | None) -> None:
+        for listener in self._listeners:
+            await listener(name, topic)

@@ -1,0 +1,42 @@
+"""Parked fetches: a fetch waiting for data registers here and is woken by the append
+that makes data available, so long polling answers as soon as data arrives rather
+than at the end of max_wait_ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Hashable, Iterable
+
+
+class FetchWaiters:
+    def __init__(self) -> None:
+        self._waiting: dict[Hashable, set[asyncio.Future[None]]] = defaultdict(set)
+
+    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> None:
+        """Return when any of `keys` is notified or after `timeout_s`."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(keys)
+        for key in keys:
+            self._waiting[key].add(future)
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for key in keys:
+                waiters = self._waiting.get(key)
+                if waiters is not None:
+                    waiters.discard(future)
+                    if not waiters:
+                        del self._waiting[key]
+
+    def notify(self, key: Hashable) -> None:
+        for future in self._waiting.pop(key, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def notify_all(self) -> None:
+        for key in list(self._waiting):
+            self.notify(key)

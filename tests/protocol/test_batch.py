@@ -1,0 +1,73 @@
+"""Batch headers: parse, split, CRC and in-place patches, against kafka-python's builder."""
+
+import pytest
+from hypothesis import given, strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from broker.protocol import batch as b
+
+
+def build(count: int = 3, codec: int = 0, base_ts: int = 1_000, producer_id: int = -1, seq: int = -1) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
+                                        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+                                        base_sequence=seq, batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=base_ts + i, key=b"k%d" % i, value=b"v" * (200 + i), headers=[("h", b"x")])
+    return bytes(builder.build())
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_header_fields(codec: int) -> None:
+    raw = build(codec=codec, producer_id=7, seq=10)
+    header = b.parse_header(raw)
+    assert (header.magic, header.records_count, header.last_offset_delta) == (2, 3, 2)
+    assert (header.producer_id, header.base_sequence, header.last_sequence) == (7, 10, 12)
+    assert header.size == len(raw) and header.compression == codec
+    assert b.crc_is_valid(memoryview(raw), header)
+
+
+def test_split_and_patch_keep_crc() -> None:
+    blob = bytearray(build() + build(count=5))
+    found = list(b.split_batches(memoryview(blob)))
+    assert [h.records_count for _, h in found] == [3, 5]
+    pos, header = found[1]
+    view = memoryview(blob)[pos:pos + header.size]
+    b.set_base_offset(view, 42)
+    b.set_leader_epoch(view, 9)
+    patched = b.parse_header(view)
+    assert (patched.base_offset, patched.partition_leader_epoch) == (42, 9)
+    assert b.crc_is_valid(view, patched)
+    assert [r.offset for r in DefaultRecordBatch(bytes(view))] == [42, 43, 44, 45, 46]
+
+
+def test_log_append_time_stamp_recomputes_crc() -> None:
+    raw = bytearray(build())
+    header = b.parse_header(raw)
+    b.stamp_log_append_time(raw, header, 5_000)
+    again = b.parse_header(raw)
+    assert again.max_timestamp == 5_000 and again.attributes & b.TIMESTAMP_TYPE_LOG_APPEND
+    assert b.crc_is_valid(memoryview(raw), again)
+    assert {r.timestamp for r in DefaultRecordBatch(bytes(raw))} == {5_000}
+
+
+def test_corruption_is_detected() -> None:
+    raw = bytearray(build())
+    raw[-1] ^= 0xFF
+    assert not b.crc_is_valid(memoryview(raw), b.parse_header(raw))
+
+
+def test_old_magic_and_truncation() -> None:
+    raw = bytearray(build())
+    raw[b.OFFSET_MAGIC] = 1
+    with pytest.raises(b.UnsupportedMagicError):
+        list(b.split_batches(memoryview(raw)))
+    with pytest.raises(b.BatchFormatError):
+        list(b.split_batches(memoryview(build()[:-1])))
+
+
+@given(st.binary(max_size=200))
+def test_split_garbage_raises_only_format_errors(data: bytes) -> None:
+    try:
+        list(b.split_batches(memoryview(data)))
+    except b.BatchFormatError:
+        pass

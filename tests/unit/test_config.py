@@ -1,0 +1,68 @@
+"""Configuration: layering, validation messages, and documentation of every key."""
+
+from pathlib import Path
+
+import pytest
+
+from broker.config import CONFIG_KEYS, ConfigError, load_config
+from broker.protocol.errors import ApiError, ErrorCode
+from broker.topic_config import TOPIC_CONFIGS, describe, effective, validate_overrides
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_defaults_are_the_embedded_broker() -> None:
+    config = load_config(environ={})
+    assert config.listen == "127.0.0.1:9092" and config.data_dir == "./data" and config.metadata == "local:"
+
+
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
+    toml = tmp_path / "shoal.toml"
+    toml.write_text('num.partitions = 2\nnode.id = 4\n[log]\nretention.ms = 1000\n')
+    config = load_config(str(toml), environ={"SHOAL_NUM_PARTITIONS": "3"}, overrides={"node.id": "5"})
+    assert (config.num_partitions, config.node_id, config.log_retention_ms) == (3, 5, 1000)
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ({"num.partitions": "zero"}, "num.partitions"),
+    ({"num.partitions": "0"}, "num.partitions"),
+    ({"no.such.key": "1"}, "no.such.key"),
+    ({"listen": "nowhere"}, "listen"),
+    ({"log.message.timestamp.type": "Sometimes"}, "log.message.timestamp.type"),
+])
+def test_bad_config_names_the_key(overrides: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
+        load_config(overrides=overrides, environ={})
+
+
+def test_bad_toml_is_a_readable_error(tmp_path: Path) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text("num.partitions = = 3")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(str(toml), environ={})
+
+
+def test_every_broker_and_topic_key_is_documented() -> None:
+    text = (DOCS / "configuration.md").read_text()
+    missing = [k for k in (*CONFIG_KEYS, *TOPIC_CONFIGS) if f"`{k}`" not in text]
+    assert not missing
+
+
+@pytest.mark.parametrize("name,value", [
+    ("retention.ms", "soon"), ("retention.ms", "-2"), ("cleanup.policy", "compact"),
+    ("message.timestamp.type", "Whenever"), ("no.such.config", "1"), ("segment.bytes", "3"),
+])
+def test_invalid_topic_configs(name: str, value: str) -> None:
+    with pytest.raises(ApiError) as info:
+        validate_overrides({name: value})
+    assert info.value.code == ErrorCode.INVALID_CONFIG and name in info.value.message
+
+
+def test_effective_values_fall_back_to_broker_synonyms() -> None:
+    broker = load_config(overrides={"log.retention.ms": "5000"}, environ={})
+    settings = effective({"max.message.bytes": "100"}, broker)
+    assert settings.max_message_bytes == 100 and settings.log.retention_ms == 5000
+    sources = {e.name: e.source.name for e in describe({"max.message.bytes": "100"}, broker)}
+    assert sources["max.message.bytes"] == "TOPIC_CONFIG"
+    assert sources["retention.ms"] == "STATIC_BROKER_CONFIG"
+    assert sources["segment.bytes"] == "DEFAULT_CONFIG"
