@@ -30,7 +30,6 @@ class BrokerMetrics:
         self.bytes_out = Counter("shoal_network_sent_bytes", "Kafka response bytes sent.", registry=r)
         self.produced_bytes = Counter("shoal_produced_bytes", "Record batch bytes appended to partition logs.",
                                       registry=r)
-        self.produced_batches = Counter("shoal_produced_batches", "Record batches appended.", registry=r)
         self.fetched_bytes = Counter("shoal_fetched_bytes", "Record batch bytes returned to fetches.", registry=r)
         self.produce_errors = Counter("shoal_produce_errors", "Partitions of produce requests that failed, by error.",
                                       ["error"], registry=r)

@@ -58,6 +58,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = asyncio.get_running_loop().time()
+        self._broker.metrics.bytes_in.inc(len(data))
         try:
             frames = self._reader.feed(data)
         except FrameError as exc:
@@ -126,11 +127,15 @@ class KafkaConnection(asyncio.Protocol):
                     self.busy = False
                     self.last_active = asyncio.get_running_loop().time()
                 if response is not None:
+                    if self._transport.is_closing():
+                        break  # the client went away while we worked; nobody to answer
                     self._broker.metrics.bytes_out.inc(sum(len(part) for part in response))
                     self._transport.writelines(frame(response))
                     await self._can_write.wait()
         except ConnectionFault as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+        except Exception:
+            log.exception("connection from %s failed", self.peer)
         finally:
             if self._transport is not None:
                 self._transport.close()

@@ -435,6 +435,7 @@ class PartitionLog:
         start offset or above the log end offset. Entries share the memory of a few preads.
         """
         with self._lock:
+            self._check_open()
             leo, lso = self._leo, self._log_start
             if start_offset < lso or start_offset > leo:
                 raise OffsetOutOfRangeError(start_offset, lso, leo)
@@ -578,26 +579,29 @@ class PartitionLog:
                 return
             if offset < self._log_start:
                 self._truncate_fully(offset)
-                return
-            i = bisect.bisect_right(self._bases, offset) - 1
-            seg = self._segments[i]
-            pos = seg.find_entry_position(offset)
-            if pos is None:
-                raise ValueError(f"offset {offset} is not the base offset of an entry")
-            for later in self._segments[i + 1:]:
-                later.delete_files()
-            del self._segments[i + 1:]
-            del self._bases[i + 1:]
-            seg.truncate_indexes(pos, offset)
-            seg.truncate_log(pos)
-            seg.restore_stats_before(pos)
-            seg.make_writable()
-            self._leo = offset
-            self._hw = min(self._hw, offset)
-            if self._recovery_point > offset or self._recovery_segment_base > seg.base_offset:
-                self._recovery_point, self._recovery_segment_base, self._recovery_position = offset, seg.base_offset, pos
-            self._dir_dirty = True
+            else:
+                self._truncate_within(offset)
         self._write_checkpoint()
+
+    def _truncate_within(self, offset: int) -> None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        seg = self._segments[i]
+        pos = seg.find_entry_position(offset)
+        if pos is None:
+            raise ValueError(f"offset {offset} is not the base offset of an entry")
+        for later in self._segments[i + 1:]:
+            later.delete_files()
+        del self._segments[i + 1:]
+        del self._bases[i + 1:]
+        seg.truncate_indexes(pos, offset)
+        seg.truncate_log(pos)
+        seg.restore_stats_before(pos)
+        seg.make_writable()
+        self._leo = offset
+        self._hw = min(self._hw, offset)
+        if self._recovery_point > offset or self._recovery_segment_base > seg.base_offset:
+            self._recovery_point, self._recovery_segment_base, self._recovery_position = offset, seg.base_offset, pos
+        self._dir_dirty = True
 
     def _truncate_fully(self, offset: int) -> None:
         for seg in self._segments:
@@ -608,7 +612,6 @@ class PartitionLog:
         self._leo = self._log_start = self._hw = offset
         self._recovery_point, self._recovery_segment_base, self._recovery_position = offset, offset, 0
         fsync_directory(self._dir)
-        self._write_checkpoint()
 
     def delete_records_before(self, offset: int) -> int:
         """Advance the log start offset to ``offset`` (DeleteRecords); returns the new log start offset.

@@ -299,7 +299,7 @@ class Segment:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = base_offset
         if self.rolling_timestamp is None:
-            self.rolling_timestamp = max_timestamp if max_timestamp >= 0 else self.created_ms
+            self.rolling_timestamp = max_timestamp  # may be -1 (no timestamp): roll by the clock then
         if self.bytes_since_last_index > index_interval_bytes:
             self._offset_index.append(base_offset - self.base_offset, position)  # type: ignore[union-attr]
             if self.max_timestamp >= 0:
@@ -419,7 +419,7 @@ class Segment:
         self.bytes_since_last_index = position - start if olast is not None else position
         if position > 0:
             first = parse_header(os.pread(self.fd, HEAD_SIZE, 0), PREFIX_SIZE)
-            self.rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else self.created_ms
+            self.rolling_timestamp = first.max_timestamp
         for _pos, _size, header in self.iter_heads(start, position):
             if header.max_timestamp > self.max_timestamp or self.offset_of_max_timestamp < 0:
                 self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.base_offset

@@ -440,3 +440,25 @@ def test_size_and_config_update(tmp_path):
     assert len(log.segment_base_offsets) > 1
     log.close()
     log.close()  # idempotent
+
+
+def test_old_record_timestamps_do_not_roll_every_append(tmp_path):
+    clock = ManualClock(T0 + 10**10)  # the records are ~115 days older than the clock
+    log = open_log(tmp_path, clock, small_config(segment_bytes=1 << 20, segment_ms=1000))
+    for i in range(10):
+        append_batch(log, 1, 10, T0 + i)
+    assert log.segment_base_offsets == [0]  # Kafka: by record timestamps when the batches have them
+    append_batch(log, 1, 10, T0 + 5000)
+    assert log.segment_base_offsets == [0, 10]
+    log.close()
+
+
+def test_closed_log_refuses_everything(tmp_path):
+    log = open_log(tmp_path)
+    append_batch(log)
+    log.close()
+    for call in (lambda: log.read(0, 100, 1), lambda: log.truncate_to(0), lambda: log.enforce_retention(),
+                 lambda: log.delete_records_before(0)):
+        with pytest.raises(LogClosedError):
+            call()
+    log.flush()  # a no-op, so a late flush from a worker thread is harmless

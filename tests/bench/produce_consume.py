@@ -1,0 +1,140 @@
+"""`make bench`: one broker, 8 partitions, 1 KiB records, confluent-kafka producer with
+acks=all, then a consumer reading everything back. Prints MB/s, records/s, produce
+p50/p99, consume MB/s, broker CPU-seconds per GiB and peak RSS.
+
+Not a test: no assertions, nothing runs it in CI. Record figures in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
+    port, metrics = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "broker", "broker", "--listen", f"127.0.0.1:{port}",
+                             "--data-dir", data_dir, "--metrics-listen", f"127.0.0.1:{metrics}",
+                             "--log-level", "WARNING"])
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=1).status == 200:
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("broker did not become ready")
+
+
+def produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, float]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "batch.size": 1_000_000, "enable.idempotence": True})
+    payload = os.urandom(size)
+    latencies: list[float] = []
+    failures: list[object] = []
+
+    def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            failures.append(err)
+        else:
+            latencies.append(msg.latency())
+
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, payload, partition=i % 8, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.005)
+    producer.flush(300)
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"{len(failures)} deliveries failed, first: {failures[0]}")
+    latencies.sort()
+    return {"elapsed": elapsed, "p50_ms": latencies[len(latencies) // 2] * 1000,
+            "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
+
+
+def consume(bootstrap: str, topic: str, records: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(8)])
+    seen = 0
+    started = time.perf_counter()
+    deadline = started + 300
+    while seen < records and time.perf_counter() < deadline:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                seen += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    if seen < records:
+        raise SystemExit(f"consumed only {seen} of {records}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=1024)
+    args = parser.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="shoal-bench-")
+    proc, bootstrap = start_broker(data_dir)
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("bench", 8, 1)])["bench"].result(30)
+        total_gib = args.records * args.size / 2**30
+        cpu0 = cpu_seconds(proc.pid)
+        result = produce(bootstrap, "bench", args.records, args.size)
+        cpu1 = cpu_seconds(proc.pid)
+        consume_s = consume(bootstrap, "bench", args.records)
+        cpu2 = cpu_seconds(proc.pid)
+        mib = total_gib * 1024
+        print(f"records={args.records} size={args.size}B partitions=8 acks=all idempotent producer")
+        print(f"produce: {mib / result['elapsed']:.1f} MiB/s, {args.records / result['elapsed']:,.0f} records/s, "
+              f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
+              f"broker {(cpu1 - cpu0) / total_gib:.2f} CPU-s/GiB")
+        print(f"consume: {mib / consume_s:.1f} MiB/s, broker {(cpu2 - cpu1) / total_gib:.2f} CPU-s/GiB")
+        print(f"broker peak RSS: {peak_rss_mib(proc.pid):.0f} MiB")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
