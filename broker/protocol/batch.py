@@ -127,9 +127,11 @@ def split_batches(buf: memoryview) -> Iterator[tuple[int, BatchHeader]]:
     pos = 0
     end = len(buf)
     while pos < end:
+        # v0/v1 message sets keep their magic at the same offset but are shorter than a v2
+        # header, so look at it before demanding 61 bytes.
+        if end - pos > OFFSET_MAGIC and buf[pos + OFFSET_MAGIC] != MAGIC_V2:
+            raise UnsupportedMagicError(f"record batch magic {buf[pos + OFFSET_MAGIC]} is not supported (only v2)")
         header = parse_header(buf, pos)
-        if header.magic != MAGIC_V2:
-            raise UnsupportedMagicError(f"record batch magic {header.magic} is not supported (only v2)")
         size = header.size
         if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             raise BatchFormatError(f"batch length {header.batch_length} overruns the {end - pos} bytes left")

@@ -29,6 +29,7 @@ from kafka.protocol.producer import (
 )
 
 from .header import RequestHeader, encode_response_header
+from .nulls import checker
 
 _PAIRS = (
     (ProduceRequest, ProduceResponse), (FetchRequest, FetchResponse),
@@ -56,9 +57,12 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 
 
 def decode_request(api_key: int, api_version: int, frame: bytes | memoryview, body_offset: int) -> Any:
-    """Decode a request body; raises on malformed input (the caller closes the connection)."""
-    body = memoryview(frame)[body_offset:]
-    return REQUEST_CLASSES[api_key].decode(body, version=api_version)
+    """Decode a request body; raises on malformed input (the caller closes the connection),
+    including a null where the schema does not allow one."""
+    cls = REQUEST_CLASSES[api_key]
+    request = cls.decode(memoryview(frame)[body_offset:], version=api_version)
+    checker(cls, api_version)(request)
+    return request
 
 
 def encode_response(header: RequestHeader, response: Any) -> list[bytes | bytearray]:

@@ -2,8 +2,10 @@
 
 It forwards 127.0.0.1:listen_port to 127.0.0.1:target_port and can abort every open
 connection (both sides, with a reset) on `drop()`, or automatically each time
-`drop_every_bytes` client-to-server bytes went through (cutting the stream inside that
-chunk, so the server usually sees half a request), at most `max_drops` times.
+`drop_every_bytes` bytes went through in one direction, at most `max_drops` times. The
+stream is cut inside the chunk that crosses the threshold: direction "up" (client to
+server) leaves the server with half a request; "down" (server to client) loses a response
+to a request the server already handled, so the client retries something that succeeded.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ CHUNK = 64 * 1024
 class TcpProxy:
     def __init__(self, target_port: int, *, listen_port: int | None = None,
                  target_host: str = "127.0.0.1", drop_every_bytes: int | None = None,
-                 max_drops: int | None = None):
+                 max_drops: int | None = None, direction: str = "up"):
         self.target = (target_host, target_port)
         self.listen_port = listen_port or free_port()
         self.drop_every_bytes = drop_every_bytes
         self.max_drops = max_drops
+        self.direction = direction
         self.drops = 0                 # how many times connections were dropped
         self.connections = 0           # client connections accepted, in total
         self.bytes_up = 0              # client -> server, in total
@@ -104,11 +107,14 @@ class TcpProxy:
         self._loop.call_soon_threadsafe(do)
         done.wait(5.0)
 
-    def arm(self, drop_every_bytes: int | None, max_drops: int | None = None) -> None:
-        """Start (or, with None, stop) dropping every `drop_every_bytes` upstream bytes,
-        counting from now; `max_drops` bounds the total number of drops."""
+    def arm(self, drop_every_bytes: int | None, max_drops: int | None = None,
+            direction: str = "up") -> None:
+        """Start (or, with None, stop) dropping every `drop_every_bytes` bytes sent in
+        `direction`, counting from now; `max_drops` bounds the total number of drops."""
+        assert direction in ("up", "down")
         with self._lock:
             self.drop_every_bytes, self.max_drops, self._since_drop = drop_every_bytes, max_drops, 0
+            self.direction = direction
 
     def open_connections(self) -> int:
         return len(self._pairs)
@@ -155,18 +161,13 @@ class TcpProxy:
                 data = await reader.read(CHUNK)
                 if not data:
                     break
-                if upstream:
-                    data, cut = self._count_up(data)
-                    if data:
-                        writer.write(data)
-                        await writer.drain()
-                    if cut:
-                        self._abort_all()
-                        return
-                else:
-                    self.bytes_down += len(data)
+                data, cut = self._count(data, upstream)
+                if data:
                     writer.write(data)
                     await writer.drain()
+                if cut:
+                    self._abort_all()
+                    return
         except (ConnectionError, OSError, asyncio.CancelledError):
             pass
         finally:
@@ -174,17 +175,20 @@ class TcpProxy:
             for w in pair:
                 w.transport.abort()
 
-    def _count_up(self, data: bytes) -> tuple[bytes, bool]:
+    def _count(self, data: bytes, upstream: bool) -> tuple[bytes, bool]:
         """Returns the part of `data` to forward and whether to drop after it."""
         with self._lock:
             every = self.drop_every_bytes
-            if every is None or (self.max_drops is not None and self.drops >= self.max_drops):
+            armed = (every is not None and upstream == (self.direction == "up")
+                     and (self.max_drops is None or self.drops < self.max_drops))
+            if armed and len(data) >= every - self._since_drop:
+                data, cut = data[:every - self._since_drop], True
+            else:
+                cut = False
+                if armed:
+                    self._since_drop += len(data)
+            if upstream:
                 self.bytes_up += len(data)
-                return data, False
-            room = every - self._since_drop
-            if len(data) < room:
-                self._since_drop += len(data)
-                self.bytes_up += len(data)
-                return data, False
-            self.bytes_up += room
-            return data[:room], True
+            else:
+                self.bytes_down += len(data)
+            return data, cut

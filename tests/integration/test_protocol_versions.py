@@ -7,7 +7,7 @@ import socket
 import struct
 
 import pytest
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest
 
 from broker.protocol.messages import REQUEST_CLASSES, RESPONSE_CLASSES
 
@@ -67,12 +67,3 @@ def test_every_advertised_version_is_served(module_broker) -> None:  # type: ign
         for version in range(low, high + 1):
             response = _exchange(module_broker.port, api_key, version, _minimal_request(api_key))
             assert response is not None, (api_key, version)
-
-
-def test_api_versions_too_new_gets_v0_unsupported_answer(module_broker) -> None:  # type: ignore[no-untyped-def]
-    with socket.create_connection(("127.0.0.1", module_broker.port), timeout=10) as sock:
-        sock.sendall(_request_frame(18, 99, 7, b"\x00\x00\x00"))
-        frame = _read_frame(sock)
-    response = ApiVersionsResponse.decode(frame[4:], version=0)
-    assert response.error_code == 35
-    assert any(k.api_key == 0 for k in response.api_keys)
