@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         runner = asyncio.run
     try:
         runner(run(config))
+    except ConfigError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"shoal: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -80,6 +80,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
         if self.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ConfigError("log.message.timestamp.type must be CreateTime or LogAppendTime, "
                               f"not {self.log_message_timestamp_type!r}")
+        if self.metadata != "local:" and not self.metadata.startswith("etcd://"):
+            raise ConfigError(f"metadata must be local: or etcd://host:port/prefix, got {self.metadata!r}")
         if self.stateless and self.data_dir is not None and self.data_dir != "./data":
             raise ConfigError("--stateless and data.dir are exclusive: a stateless broker has no data dir")
 

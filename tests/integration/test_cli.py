@@ -1,0 +1,44 @@
+"""The `shoal broker` command as an operator meets it: bad configuration is refused with a
+message naming the key, and idle client connections are closed after connections.max.idle.ms."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+
+from .harness import broker_command
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("args,key", [
+    (["--set", "num.partitions=zero"], "num.partitions"),
+    (["--set", "no.such.key=1"], "no.such.key"),
+    (["--listen", "localhost"], "listen"),
+    (["--metadata", "zookeeper://x"], "metadata"),
+])
+def test_bad_config_exits_2_naming_the_key(tmp_path, args: list[str], key: str) -> None:
+    result = subprocess.run([*broker_command(), "broker", "--data-dir", str(tmp_path), *args],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert key in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_toml_file_is_reported(tmp_path) -> None:
+    config = tmp_path / "shoal.toml"
+    config.write_text("num.partitions = = 1\n")
+    result = subprocess.run([*broker_command(), "broker", "--config", str(config)],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "not valid TOML" in result.stderr
+
+
+def test_idle_connection_is_closed(broker_factory) -> None:
+    broker = broker_factory(extra_args=["--set", "connections.max.idle.ms=1000"])
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.settimeout(10)
+        started = time.monotonic()
+        assert sock.recv(1) == b""  # closed by the broker, not by our timeout
+        assert time.monotonic() - started >= 0.9
