@@ -59,7 +59,8 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("broker did not become ready")
 
 
-def produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, float]:
+def produce(bootstrap: str, topic: str, records: int, size: int, rate_mib: float = 0.0) -> dict[str, float]:
+    """Produce as fast as possible, or paced at `rate_mib` MiB/s to measure latency without queueing."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "batch.size": 1_000_000, "enable.idempotence": True})
     payload = os.urandom(size)
@@ -72,8 +73,16 @@ def produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, fl
         else:
             latencies.append(msg.latency())
 
+    producer.produce(topic, payload, partition=0)  # warm-up: connect, metadata, producer id
+    producer.flush(30)
     started = time.perf_counter()
+    per_record_s = size / (rate_mib * 2**20) if rate_mib else 0.0
     for i in range(records):
+        if per_record_s and i % 100 == 0:
+            ahead = started + i * per_record_s - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+            producer.poll(0)
         while True:
             try:
                 producer.produce(topic, payload, partition=i % 8, on_delivery=on_delivery)
@@ -93,6 +102,7 @@ def consume(bootstrap: str, topic: str, records: int) -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                          "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(8)])
+    records += 1  # the producer's warm-up record
     seen = 0
     started = time.perf_counter()
     deadline = started + 300
@@ -111,6 +121,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--paced-mib", type=float, default=50.0,
+                        help="also run a paced produce at this rate to report unqueued latency (0 = skip)")
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="shoal-bench-")
     proc, bootstrap = start_broker(data_dir)
@@ -130,6 +142,11 @@ def main() -> None:
               f"broker {(cpu1 - cpu0) / total_gib:.2f} CPU-s/GiB")
         print(f"consume: {mib / consume_s:.1f} MiB/s, broker {(cpu2 - cpu1) / total_gib:.2f} CPU-s/GiB")
         print(f"broker peak RSS: {peak_rss_mib(proc.pid):.0f} MiB")
+        if args.paced_mib:
+            paced_records = min(args.records, int(args.paced_mib * 2**20 / args.size * 10))
+            paced = produce(bootstrap, "bench", paced_records, args.size, args.paced_mib)
+            print(f"paced produce at {args.paced_mib:.0f} MiB/s ({paced_records} records): "
+                  f"p50 {paced['p50_ms']:.1f} ms, p99 {paced['p99_ms']:.1f} ms")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
