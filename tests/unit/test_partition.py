@@ -1,0 +1,92 @@
+"""The partition append path over a real log in a temp dir: validation codes, duplicate
+detection, and producer state rebuilt after an unclean stop from snapshot + log tail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from broker.clock import ManualClock
+from broker.config import load_config
+from broker.partition import Partition
+from broker.protocol.errors import ApiError, ErrorCode
+from broker.topic_config import effective
+
+CLOCK_START = 1_800_000_000_000
+
+
+def batch(seq: int, count: int = 2, producer_id: int = 7, epoch: int = 0, ts: int = CLOCK_START) -> memoryview:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=producer_id, producer_epoch=epoch, base_sequence=seq,
+                                        batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=ts, key=b"k", value=b"v%d" % i, headers=[])
+    return memoryview(bytes(builder.build()))
+
+
+def open_partition(directory: Path, clock: ManualClock, **overrides: str) -> Partition:
+    settings = effective(overrides, load_config(environ={}))
+    return Partition.open("t", 0, directory, settings, clock, 86_400_000, on_append=lambda p: None)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(CLOCK_START)
+
+
+def test_duplicates_answer_original_offsets_across_unclean_restart(tmp_path: Path, clock: ManualClock) -> None:
+    partition = open_partition(tmp_path, clock, **{"segment.bytes": "300"})  # rolls -> snapshots
+    offsets = [partition.append_records(batch(seq), acks=-1).base_offset for seq in range(0, 20, 2)]
+    assert offsets == list(range(0, 20, 2))
+    partition.log.flush()
+    # no close(): as after kill -9, the newest snapshot is older than the log end
+    reopened = open_partition(tmp_path, clock, **{"segment.bytes": "300"})
+    assert reopened.append_records(batch(18), acks=-1).base_offset == 18   # retry of the last batch
+    assert reopened.log.log_end_offset == 20                                 # not appended again
+    with pytest.raises(ApiError) as info:
+        reopened.append_records(batch(40), acks=-1)
+    assert info.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert reopened.append_records(batch(20), acks=-1).base_offset == 20
+
+
+@pytest.mark.parametrize("mutate,code", [
+    (lambda raw: raw.__setitem__(-1, raw[-1] ^ 0xFF), ErrorCode.CORRUPT_MESSAGE),
+    (lambda raw: raw.__setitem__(16, 1), ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    (lambda raw: raw.__setitem__(slice(None), raw[:-3]), ErrorCode.CORRUPT_MESSAGE),
+])
+def test_bad_batches(tmp_path: Path, clock: ManualClock, mutate, code: ErrorCode) -> None:  # type: ignore[no-untyped-def]
+    partition = open_partition(tmp_path, clock)
+    raw = bytearray(batch(0))
+    mutate(raw)
+    with pytest.raises(ApiError) as info:
+        partition.append_records(memoryview(raw), acks=1)
+    assert info.value.code == code
+    assert partition.log.log_end_offset == 0
+
+
+def test_size_timestamp_and_min_isr_limits(tmp_path: Path, clock: ManualClock) -> None:
+    partition = open_partition(tmp_path, clock, **{"max.message.bytes": "50", "min.insync.replicas": "2",
+                                                   "message.timestamp.after.max.ms": "1000"})
+    with pytest.raises(ApiError) as info:
+        partition.append_records(batch(0), acks=1)
+    assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    partition.update_settings(effective({"min.insync.replicas": "2", "message.timestamp.after.max.ms": "1000"},
+                                        load_config(environ={})))
+    with pytest.raises(ApiError) as info:
+        partition.append_records(batch(0, ts=CLOCK_START + 5_000), acks=1)
+    assert info.value.code == ErrorCode.INVALID_TIMESTAMP
+    with pytest.raises(ApiError) as info:
+        partition.append_records(batch(0), acks=-1)
+    assert info.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert partition.append_records(batch(0), acks=1).base_offset == 0  # acks=1 ignores min.insync.replicas
+
+
+def test_log_append_time_is_stamped(tmp_path: Path, clock: ManualClock) -> None:
+    partition = open_partition(tmp_path, clock, **{"message.timestamp.type": "LogAppendTime"})
+    clock.advance(123)
+    outcome = partition.append_records(batch(0, ts=1), acks=1)
+    assert outcome.log_append_time_ms == CLOCK_START + 123
+    entry = partition.log.read(0, 1 << 20, partition.log.high_watermark)[0]
+    assert entry.header.max_timestamp == CLOCK_START + 123
