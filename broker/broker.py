@@ -10,6 +10,7 @@ import uuid
 
 from .clock import Clock, SystemClock
 from .config import BrokerConfig
+from .groups.coordinator import GroupCoordinator
 from .handlers import load_all
 from .metadata import MetadataStore, open_store
 from .metadata import records
@@ -34,6 +35,7 @@ class Broker:
         self.waiters = FetchWaiters()
         self.replicas = ReplicaManager(config, self.catalog, self.clock, self.metrics, self.waiters)
         self.producer_ids = ProducerIdAllocator(self.store)
+        self.groups = GroupCoordinator(self)
         self.server = KafkaServer(self)
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
         self.cluster_id = ""
@@ -51,6 +53,7 @@ class Broker:
         self.cluster_id = await self._cluster_id()
         await self.catalog.load()
         self.replicas.start()
+        await self.groups.start()
         host, port = _split(self.config.listen)
         await self.server.start(host, port)
         self.ready = True
@@ -63,6 +66,7 @@ class Broker:
         self.ready = False
         self.stopping = True
         self.waiters.notify_all()
+        await self.groups.stop()
         await self.server.stop()
         await self.replicas.stop()
         await self.store.close()

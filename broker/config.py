@@ -66,6 +66,17 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     log_message_timestamp_type: str = "CreateTime"
     log_message_timestamp_before_max_ms: NonNegative = LONG_MAX
     log_message_timestamp_after_max_ms: NonNegative = 3600000
+    # Consumer groups (Kafka names and defaults)
+    offsets_topic_num_partitions: Positive = 50
+    offsets_topic_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 104857600
+    offsets_topic_compaction_min_records: Positive = 10000
+    offsets_retention_minutes: Positive = 10080
+    offsets_retention_check_interval_ms: Positive = 600000
+    offset_metadata_max_bytes: NonNegative = 4096
+    group_initial_rebalance_delay_ms: NonNegative = 3000
+    group_min_session_timeout_ms: NonNegative = 6000
+    group_max_session_timeout_ms: NonNegative = 1800000
+    group_max_size: Positive = 2147483647
     # Background work
     log_retention_check_interval_ms: Positive = 300000
     log_flush_scheduler_interval_ms: Positive = 1000

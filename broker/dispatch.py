@@ -53,7 +53,8 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
         raise ConnectionFault(f"unsupported version {api_version} of API {api_key} "
                               f"(supported {handler.min_version}-{handler.max_version})")
     try:
-        header, body_offset = parse_request_header(frame, is_flexible(api_key, api_version))
+        header, body_offset = parse_request_header(frame, is_flexible(api_key, api_version),
+                                                   "/" + peer.rpartition(":")[0])
         request = decode_request(api_key, api_version, frame, body_offset)
     except Exception as exc:  # the decoder raises many types on garbage; all mean "malformed"
         raise ConnectionFault(f"malformed request (API {api_key} v{api_version}): {exc!r}") from None

@@ -21,9 +21,8 @@ class FetchWaiters:
         for key in keys:
             self._waiting[key].add(future)
         try:
-            await asyncio.wait_for(future, timeout_s)
-        except asyncio.TimeoutError:
-            pass
+            # asyncio.wait never cancels `future` nor swallows our own cancellation (wait_for can, on 3.11)
+            await asyncio.wait((future,), timeout=timeout_s)
         finally:
             for key in keys:
                 waiters = self._waiting.get(key)

@@ -28,6 +28,7 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+    client_host: str = ""  # the peer, as Kafka prints it ("/127.0.0.1"); set by the server
 
 
 def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -52,7 +53,8 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise HeaderError("varint too long in request header")
 
 
-def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: bytes | memoryview, flexible: bool,
+                         client_host: str = "") -> tuple[RequestHeader, int]:
     """Parse the header; return it and the offset where the body starts."""
     if len(frame) < _FIXED.size:
         raise HeaderError(f"request of {len(frame)} bytes is shorter than a header")
@@ -78,7 +80,7 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[Req
             pos += size
             if pos > len(frame):
                 raise HeaderError("tagged field runs past the end of the request")
-    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+    return RequestHeader(api_key, api_version, correlation_id, client_id, client_host), pos
 
 
 def encode_response_header(correlation_id: int, flexible: bool) -> bytes:

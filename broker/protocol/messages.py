@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import (
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    ListGroupsRequest, ListGroupsResponse,
     AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
     CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
@@ -17,6 +19,9 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.consumer import (
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse,
     FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
 )
@@ -42,6 +47,11 @@ _PAIRS = (
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
+    (JoinGroupRequest, JoinGroupResponse), (SyncGroupRequest, SyncGroupResponse),
+    (HeartbeatRequest, HeartbeatResponse), (LeaveGroupRequest, LeaveGroupResponse),
+    (OffsetCommitRequest, OffsetCommitResponse), (OffsetFetchRequest, OffsetFetchResponse),
+    (ListGroupsRequest, ListGroupsResponse), (DescribeGroupsRequest, DescribeGroupsResponse),
+    (DeleteGroupsRequest, DeleteGroupsResponse), (OffsetDeleteRequest, OffsetDeleteResponse),
 )
 REQUEST_CLASSES: dict[int, Any] = {req.API_KEY: req for req, _ in _PAIRS}
 RESPONSE_CLASSES: dict[int, Any] = {req.API_KEY: resp for req, resp in _PAIRS}

@@ -1,0 +1,20 @@
+"""Heartbeat: keeps a member's session alive and tells it when to rejoin."""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import HeartbeatResponse
+
+from ..protocol.errors import ApiError
+from .registry import api
+
+
+@api(12)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    try:
+        code = await broker.groups.heartbeat(
+            request.group_id, member_id=request.member_id,
+            group_instance_id=request.group_instance_id if header.api_version >= 3 else None,
+            generation_id=request.generation_id)
+    except ApiError as exc:
+        code = exc.code
+    return HeartbeatResponse(throttle_time_ms=0, error_code=code)

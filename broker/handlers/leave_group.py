@@ -1,0 +1,27 @@
+"""LeaveGroup: one member (v0-2) or a batch of members (v3+, KIP-345)."""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import LeaveGroupResponse
+
+from ..protocol.errors import ApiError
+from .registry import api
+
+_Member = LeaveGroupResponse.MemberResponse
+
+
+@api(13)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    batched = header.api_version >= 3
+    members = [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
+    try:
+        result = await broker.groups.leave(request.group_id, members)
+    except ApiError as exc:
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=exc.code, members=[])
+    if not batched:
+        code = result.error_code or (result.member_errors[0] if result.member_errors else 0)
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
+    return LeaveGroupResponse(
+        throttle_time_ms=0, error_code=result.error_code,
+        members=[_Member(member_id=m, group_instance_id=i, error_code=e)
+                 for (m, i), e in zip(members, result.member_errors)])

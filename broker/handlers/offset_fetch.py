@@ -1,0 +1,60 @@
+"""OffsetFetch: one group (v1-7) or many (v8+); null topics means every committed offset."""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import OffsetFetchResponse
+
+from ..protocol.errors import ApiError, ErrorCode
+from .common import ZERO_UUID
+from .registry import api
+
+R = OffsetFetchResponse
+_OldTopic, _Group = R.OffsetFetchResponseTopic, R.OffsetFetchResponseGroup
+_OldPartition = _OldTopic.OffsetFetchResponsePartition
+_NewTopic = _Group.OffsetFetchResponseTopics
+_NewPartition = _NewTopic.OffsetFetchResponsePartitions
+
+
+@api(9)
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    version = header.api_version
+    if version >= 8:
+        return R(throttle_time_ms=0, groups=[_fetch_group(broker, g.group_id, g.topics, version) for g in request.groups])
+    topics = request.topics if (request.topics is not None or version < 2) else None
+    group = _fetch_group(broker, request.group_id, topics, version)
+    old_topics = [_OldTopic(name=t.name, partitions=[
+        _OldPartition(partition_index=p.partition_index, committed_offset=p.committed_offset,
+                      committed_leader_epoch=p.committed_leader_epoch, metadata=p.metadata, error_code=p.error_code)
+        for p in t.partitions]) for t in group.topics]
+    return R(throttle_time_ms=0, topics=old_topics, error_code=group.error_code)
+
+
+def _fetch_group(broker, group_id, topics, version):  # type: ignore[no-untyped-def]
+    names: dict[str, object] = {}  # name -> topic id to echo (v10)
+    wanted = None
+    if topics is not None:
+        wanted = []
+        for t in topics:
+            if version >= 10 and t.topic_id not in (None, ZERO_UUID):
+                topic = broker.catalog.by_id(t.topic_id)
+                name = topic.name if topic is not None else str(t.topic_id)
+            else:
+                name = t.name
+            names[name] = getattr(t, "topic_id", None)
+            wanted.append((name, list(t.partition_indexes)))
+    try:
+        found = broker.groups.fetch_offsets(group_id, wanted)
+    except ApiError as exc:
+        return _Group(group_id=group_id, topics=[], error_code=exc.code)
+    result = []
+    for name, partitions in found.items():
+        topic_id = names.get(name)
+        if topic_id is None:
+            topic = broker.catalog.get(name)
+            topic_id = topic.topic_id if topic is not None else ZERO_UUID
+        result.append(_NewTopic(name=name, topic_id=topic_id, partitions=[
+            _NewPartition(partition_index=p, committed_offset=v.offset if v else -1,
+                          committed_leader_epoch=v.leader_epoch if v else -1,
+                          metadata=(v.metadata if v else "") or "", error_code=ErrorCode.NONE)
+            for p, v in partitions.items()]))
+    return _Group(group_id=group_id, topics=result, error_code=ErrorCode.NONE)

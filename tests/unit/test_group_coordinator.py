@@ -1,0 +1,130 @@
+"""The coordinator over a real broker core (catalog, partition logs, metadata) in a temp
+dir, without sockets: offsets and groups survive restarts, compaction bounds the replay,
+expiry and topic deletion remove offsets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from broker.broker import Broker
+from broker.clock import ManualClock
+from broker.config import load_config
+from broker.groups.records import OFFSETS_TOPIC, partition_for
+from broker.protocol.errors import ErrorCode
+
+START_MS = 1_800_000_000_000
+
+
+async def start_core(data_dir: Path, clock: ManualClock, **overrides: str) -> Broker:
+    config = load_config(overrides={"data.dir": str(data_dir), "metrics.listen": None, **overrides}, environ={})
+    broker = Broker(config, clock)
+    broker.cluster_id = "test"
+    await broker.catalog.load()
+    broker.replicas.start()
+    await broker.groups.start()
+    return broker
+
+
+async def stop_core(broker: Broker) -> None:
+    await broker.groups.stop()
+    await broker.replicas.stop()
+
+
+async def commit(broker: Broker, group: str, topic: str, partition: int, offset: int, generation: int = -1,
+                 member: str = "", metadata: str = "meta") -> list[int]:
+    return await broker.groups.commit_offsets(
+        group, member_id=member, group_instance_id=None, generation_id=generation, api_version=8,
+        offsets=[(broker.catalog.get(topic), topic, partition, offset, -1, metadata, -1)])
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START_MS)
+
+
+def test_offsets_survive_restart_and_compaction_bounds_the_log(tmp_path: Path, clock: ManualClock) -> None:
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"offsets.topic.compaction.min.records": "50",
+                                                       "offsets.topic.num.partitions": "3"})
+        await broker.catalog.create(broker.catalog.prepare("orders", 4, {}))
+        for i in range(500):
+            assert await commit(broker, "g", "orders", i % 4, i) == [ErrorCode.NONE]
+        log = broker.replicas.get(OFFSETS_TOPIC, partition_for("g", 3)).log
+        assert log.log_start_offset > 0                     # compaction moved the start
+        assert log.log_end_offset - log.log_start_offset < 200  # replay is bounded by live state
+        await stop_core(broker)
+        again = await start_core(tmp_path, clock, **{"offsets.topic.compaction.min.records": "50"})
+        found = again.groups.fetch_offsets("g", [("orders", [0, 1, 2, 3])])
+        assert {p: v.offset for p, v in found["orders"].items()} == {0: 496, 1: 497, 2: 498, 3: 499}
+        await stop_core(again)
+    run(scenario())
+
+
+def test_group_generation_survives_restart(tmp_path: Path, clock: ManualClock) -> None:
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"group.initial.rebalance.delay.ms": "0"})
+        join = await broker.groups.join("g", member_id="", group_instance_id=None, client_id="c", client_host="/h",
+                                        session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                        protocol_type="consumer", protocols=[("range", b"m")])
+        assert join.error_code == ErrorCode.NONE and join.leader == join.member_id
+        sync = await broker.groups.sync("g", member_id=join.member_id, group_instance_id=None,
+                                        generation_id=join.generation_id, assignments={join.member_id: b"a"})
+        assert sync.assignment == b"a"
+        await stop_core(broker)
+        again = await start_core(tmp_path, clock)
+        description = again.groups.describe("g")
+        assert description is not None and description.state == "Stable"
+        assert [m.member_id for m in description.members] == [join.member_id]
+        assert await again.groups.heartbeat("g", member_id=join.member_id, group_instance_id=None,
+                                            generation_id=join.generation_id) == ErrorCode.NONE
+        await stop_core(again)
+    run(scenario())
+
+
+def test_offset_metadata_limit(tmp_path: Path, clock: ManualClock) -> None:
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"offset.metadata.max.bytes": "4"})
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}))
+        assert await commit(broker, "g", "t", 0, 1, metadata="1234") == [ErrorCode.NONE]
+        assert await commit(broker, "g", "t", 0, 2, metadata="12345") == [ErrorCode.OFFSET_METADATA_TOO_LARGE]
+        assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 1
+        await stop_core(broker)
+    run(scenario())
+
+
+def test_unknown_group_with_generation(tmp_path: Path, clock: ManualClock) -> None:
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock)
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}))
+        assert await commit(broker, "nobody", "t", 0, 1, generation=3, member="m") == [ErrorCode.ILLEGAL_GENERATION]
+        assert await commit(broker, "simple", "t", 0, 1) == [ErrorCode.NONE]
+        assert await commit(broker, "simple", "t", 5, 1) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        await stop_core(broker)
+    run(scenario())
+
+
+def test_expiry_and_topic_deletion_remove_offsets(tmp_path: Path, clock: ManualClock) -> None:
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"offsets.retention.minutes": "1"})
+        for name in ("keep", "drop"):
+            await broker.catalog.create(broker.catalog.prepare(name, 1, {}))
+        await commit(broker, "a", "keep", 0, 7)
+        await commit(broker, "b", "drop", 0, 9)
+        await broker.catalog.delete("drop")
+        assert broker.groups.fetch_offsets("b", None) == {}
+        assert broker.groups.expire_offsets() == 0
+        clock.advance(61_000)
+        assert broker.groups.expire_offsets() == 1
+        assert broker.groups.fetch_offsets("a", None) == {}
+        await stop_core(broker)
+        again = await start_core(tmp_path, clock)
+        assert again.groups.fetch_offsets("a", None) == {} and again.groups.fetch_offsets("b", None) == {}
+        await stop_core(again)
+    run(scenario())
