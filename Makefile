@@ -6,10 +6,17 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test test-unit test-integration bench install clean
 
-$(STAMP): pyproject.toml
+# Also installs kafkajs (tests/js) for tests/integration/test_kafkajs.py, which skip without
+# node/npm, but fail when CI=true.
+$(STAMP): pyproject.toml tests/js/package.json tests/js/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	if command -v npm >/dev/null 2>&1; then \
+		cd tests/js && npm ci --no-audit --no-fund; \
+	else \
+		echo "npm not found: kafkajs tests will skip (and fail when CI=true)" >&2; \
+	fi
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,6 +38,7 @@ test-integration: $(STAMP)
 ## Benchmarks (not part of CI): figures go to docs/benchmarks.md.
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.produce_consume
+	$(BIN)/python -m tests.bench.groups
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

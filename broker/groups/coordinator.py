@@ -100,28 +100,28 @@ class GroupCoordinator:
 
     # -- membership ------------------------------------------------------------------------
     async def join(self, group_id: str, **kwargs: Any) -> JoinResult:
-        self._require_coordinator(group_id)
+        self._require_membership_group(group_id)
         group = self._groups.get(group_id)
         if group is None:
             group = self._groups[group_id] = ClassicGroup(group_id, self._group_config, now_ms=self._now())
         return await self._call(group, lambda: group.join(self._now(), **kwargs))
 
     async def sync(self, group_id: str, **kwargs: Any) -> SyncResult:
-        self._require_coordinator(group_id)
+        self._require_membership_group(group_id)
         group = self._groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         return await self._call(group, lambda: group.sync(self._now(), **kwargs))
 
     async def heartbeat(self, group_id: str, **kwargs: Any) -> int:
-        self._require_coordinator(group_id)
+        self._require_membership_group(group_id)
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return await self._call(group, lambda: group.heartbeat(self._now(), **kwargs))
 
     async def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> LeaveResult:
-        self._require_coordinator(group_id)
+        self._require_membership_group(group_id)
         group = self._groups.get(group_id)
         if group is None:
             return LeaveResult(ErrorCode.NONE, tuple(ErrorCode.UNKNOWN_MEMBER_ID for _ in members))
@@ -383,6 +383,12 @@ class GroupCoordinator:
     def _require_coordinator(self, group_id: str) -> None:
         if not self._loaded:
             raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group coordinator is loading")
+
+    def _require_membership_group(self, group_id: str) -> None:
+        """Kafka accepts an empty group id only for offset and admin requests."""
+        if not group_id:
+            raise ApiError(ErrorCode.INVALID_GROUP_ID, "group id may not be empty")
+        self._require_coordinator(group_id)
 
     def _subscribed_topics(self, group: ClassicGroup) -> set[str]:
         """Topics the group's consumers subscribe to (consumer protocol metadata), for OffsetDelete."""

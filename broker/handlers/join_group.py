@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import JoinGroupResponse
 
-from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.errors import ApiError
 from .registry import api
 
 _Member = JoinGroupResponse.JoinGroupResponseMember
@@ -14,8 +14,6 @@ _Member = JoinGroupResponse.JoinGroupResponseMember
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     version = header.api_version
     try:
-        if not request.group_id:
-            raise ApiError(ErrorCode.INVALID_GROUP_ID, "group id may not be empty")
         result = await broker.groups.join(
             request.group_id, member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 5 else None,
