@@ -36,6 +36,15 @@ class BrokerMetrics:
         self.partitions = Gauge("shoal_partitions", "Partitions hosted by this broker.", registry=r)
         self.log_flush_seconds = Histogram("shoal_log_flush_seconds", "Time to fsync a partition log.",
                                            buckets=_LATENCY_BUCKETS, registry=r)
+        self.group_rebalances = Counter("shoal_group_rebalances", "Completed join phases of group rebalances.",
+                                        registry=r)
+        self.group_rebalance_seconds = Histogram(
+            "shoal_group_rebalance_seconds",
+            "Time from a group's last JoinGroup to the answers of its join phase (includes the "
+            "initial rebalance delay for empty groups).", buckets=_LATENCY_BUCKETS, registry=r)
+        self.offset_commits = Counter("shoal_offset_commits", "Partition offsets committed to __consumer_offsets.",
+                                      registry=r)
+        self.groups = Gauge("shoal_groups", "Consumer groups this broker coordinates.", registry=r)
         self._per_api: dict[int, tuple[Counter, Histogram]] = {}
 
     def observe_request(self, api_key: int, seconds: float) -> None:

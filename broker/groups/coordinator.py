@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -67,6 +68,8 @@ class GroupCoordinator:
         self._waiting: dict[Pending, asyncio.Future[Any]] = {}
         self._stats: dict[int, _PartitionStats] = {}
         self._timer_waker: asyncio.Future[None] | None = None
+        self._last_join_at: dict[str, float] = {}  # monotonic seconds of each group's latest JoinGroup
+        self._metrics = broker.metrics
         self._tasks: list[asyncio.Task[None]] = []
         self._loaded = False
 
@@ -104,6 +107,7 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None:
             group = self._groups[group_id] = ClassicGroup(group_id, self._group_config, now_ms=self._now())
+        self._last_join_at[group_id] = time.monotonic()
         return await self._call(group, lambda: group.join(self._now(), **kwargs))
 
     async def sync(self, group_id: str, **kwargs: Any) -> SyncResult:
@@ -162,6 +166,7 @@ class GroupCoordinator:
             self._append(group_id, [(records.encode(k), records.encode(v)) for k, v in writes])
             for key, value in writes:
                 self.offsets.commit(group_id, key.topic, key.partition, value)
+            self._metrics.offset_commits.inc(len(writes))
         return codes
 
     def fetch_offsets(self, group_id: str, wanted: Iterable[tuple[str, list[int]]] | None
@@ -239,12 +244,19 @@ class GroupCoordinator:
         if snapshot is not None:
             key = records.encode(GroupKey(records.FORMAT_VERSION, group.group_id))
             self._append(group.group_id, [(key, encode_snapshot(snapshot))])
+        rebalanced = False
         for pending, answer in group.take_completions():
+            rebalanced |= isinstance(answer, JoinResult) and answer.error_code == ErrorCode.NONE
             future = self._waiting.pop(pending, None)
             if future is not None and not future.done():
                 future.set_result(answer)
+        if rebalanced and group.group_id in self._last_join_at:
+            self._metrics.group_rebalances.inc()
+            self._metrics.group_rebalance_seconds.observe(time.monotonic() - self._last_join_at[group.group_id])
         if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
+            self._last_join_at.pop(group.group_id, None)
+        self._metrics.groups.set(len(self._groups))
         if self._timer_waker is not None and not self._timer_waker.done():
             self._timer_waker.set_result(None)  # a deadline may now be earlier than the timer's
 

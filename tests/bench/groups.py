@@ -16,6 +16,7 @@ import signal
 import shutil
 import tempfile
 import time
+import urllib.request
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -58,8 +59,20 @@ def _member(bootstrap: str, group: str, assigned: dict[int, float], index: int) 
     return consumer
 
 
-def rebalance_times(bootstrap: str) -> tuple[float, float]:
+def rebalance_metric(metrics_url: str) -> tuple[float, float]:
+    """(sum, count) of shoal_group_rebalance_seconds: last JoinGroup -> join phase answered."""
+    values = {}
+    for line in urllib.request.urlopen(metrics_url, timeout=5).read().decode().splitlines():
+        if line.startswith("shoal_group_rebalance_seconds_sum") or line.startswith("shoal_group_rebalance_seconds_count"):
+            name, value = line.split()
+            values[name.rsplit("_", 1)[1]] = float(value)
+    return values.get("sum", 0.0), values.get("count", 0.0)
+
+
+def rebalance_times(bootstrap: str, metrics_url: str) -> tuple[float, float, float, float]:
+    """(formation s, broker s for it, hand-over after a clean leave s, broker s for it)."""
     assigned: dict[int, float] = {}
+    metric0 = rebalance_metric(metrics_url)
     started = time.perf_counter()
     members = [_member(bootstrap, "bench-rebalance", assigned, i) for i in range(3)]
     deadline = time.time() + 60
@@ -67,6 +80,7 @@ def rebalance_times(bootstrap: str) -> tuple[float, float]:
         for member in members:
             member.poll(0.02)
     formation = max(assigned.values()) - started
+    metric1 = rebalance_metric(metrics_url)
     leaving = members.pop()
     assigned.clear()
     left_at = time.perf_counter()
@@ -75,9 +89,10 @@ def rebalance_times(bootstrap: str) -> tuple[float, float]:
         for member in members:
             member.poll(0.02)
     rebalance = max(assigned.values()) - left_at
+    metric2 = rebalance_metric(metrics_url)
     for member in members:
         member.close()
-    return formation, rebalance
+    return formation, metric1[0] - metric0[0], rebalance, metric2[0] - metric1[0]
 
 
 def main() -> None:
@@ -85,14 +100,17 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=50_000)
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="shoal-bench-groups-")
-    proc, bootstrap = start_broker(data_dir)
+    proc, bootstrap, metrics_url = start_broker(data_dir)
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("groups-bench", 6, 1)])["groups-bench"].result(30)
         rate = commit_throughput(bootstrap, args.commits)
         print(f"offset commits: {rate:,.0f} commits/s ({args.commits} async commits, one consumer)")
-        formation, rebalance = rebalance_times(bootstrap)
-        print(f"3-member group formation: {formation:.2f} s; rebalance after a clean leave: {rebalance:.2f} s")
+        formation, formation_broker, handover, handover_broker = rebalance_times(bootstrap, metrics_url)
+        print(f"3-member group formation: {formation:.2f} s "
+              f"(broker: {formation_broker:.3f} s from the last JoinGroup, initial delay included)")
+        print(f"rebalance after a clean leave: {handover:.2f} s "
+              f"(broker: {handover_broker:.3f} s from the last JoinGroup to the join answers)")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)

@@ -43,7 +43,8 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
+def start_broker(data_dir: str) -> tuple[subprocess.Popen, str, str]:
+    """Start a broker; return (process, bootstrap address, metrics URL)."""
     port, metrics = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "broker", "broker", "--listen", f"127.0.0.1:{port}",
                              "--data-dir", data_dir, "--metrics-listen", f"127.0.0.1:{metrics}",
@@ -52,7 +53,7 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     while time.time() < deadline:
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=1).status == 200:
-                return proc, f"127.0.0.1:{port}"
+                return proc, f"127.0.0.1:{port}", f"http://127.0.0.1:{metrics}/metrics"
         except OSError:
             time.sleep(0.1)
     proc.kill()
@@ -125,7 +126,7 @@ def main() -> None:
                         help="also run a paced produce at this rate to report unqueued latency (0 = skip)")
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="shoal-bench-")
-    proc, bootstrap = start_broker(data_dir)
+    proc, bootstrap, _ = start_broker(data_dir)
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("bench", 8, 1)])["bench"].result(30)
