@@ -60,15 +60,17 @@ class MemberProc:
     assignor: the client's name for it ("range", "roundrobin", "sticky", "cooperative-sticky")
     commit: commit the exact offsets of the records it printed, synchronously, after every poll
     max_records: print at most this many records, commit them (when `commit`), close, exit
+    instance_id: group.instance.id (static membership; confluent members only)
     """
 
     def __init__(self, client: str, bootstrap: str, topic: str, group: str, *, name: str,
                  log_dir: Path, assignor: str = "range", commit: bool = False,
-                 max_records: int | None = None, max_seconds: float = MEMBER_MAX_SECONDS):
+                 max_records: int | None = None, max_seconds: float = MEMBER_MAX_SECONDS,
+                 instance_id: str | None = None):
         self.client, self.name, self.group = client, name, group
         spec = dict(client=client, bootstrap=bootstrap, topic=topic, group=group, name=name,
                     assignor=assignor, commit=commit, max_records=max_records,
-                    max_seconds=max_seconds, session_timeout_ms=SESSION_TIMEOUT_MS,
+                    max_seconds=max_seconds, session_timeout_ms=SESSION_TIMEOUT_MS, instance_id=instance_id,
                     heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"member-{name}.stderr"
@@ -357,7 +359,8 @@ def _member_confluent(spec: dict, cmds: _Commands) -> None:
         "auto.offset.reset": "earliest", "enable.partition.eof": False,
         "session.timeout.ms": spec["session_timeout_ms"],
         "heartbeat.interval.ms": spec["heartbeat_interval_ms"],
-        "partition.assignment.strategy": spec["assignor"], "fetch.wait.max.ms": 100})
+        "partition.assignment.strategy": spec["assignor"], "fetch.wait.max.ms": 100,
+        **({"group.instance.id": spec["instance_id"]} if spec.get("instance_id") else {})})
     consumer.subscribe([spec["topic"]])
     _emit(ev="subscribed")
     try:

@@ -154,6 +154,25 @@ def test_all_members_close_then_new_member(module_broker, members, client):
     assert_read_exactly_once([newcomer], produced)
 
 
+def test_static_member_restart_keeps_its_partitions_without_rebalance(module_broker, members):
+    """KIP-345: a static member (group.instance.id) killed with -9 and restarted within its
+    session timeout takes its old place: same partitions, and the others are not rebalanced."""
+    bs = module_broker.bootstrap
+    topic = new_topic(bs, "gstatic")
+    group = unique_topic("grpstatic")
+    trio = [members("confluent", bs, topic, group, name=f"static-{i}", instance_id=f"instance-{i}")
+            for i in range(3)]
+    wait_exact_cover(trio, PARTITIONS, FIRST_JOIN_S, "three static members", each=2)
+    victim = trio.pop()
+    before = victim.assignment
+    others_history = [len(m.assignment_history()) for m in trio]
+    victim.kill()
+    again = members("confluent", bs, topic, group, name="static-2-again", instance_id="instance-2")
+    wait_exact_cover([*trio, again], PARTITIONS, SESSION_S, "the restarted static member", each=2)
+    assert again.assignment == before
+    assert [len(m.assignment_history()) for m in trio] == others_history, "the others were rebalanced"
+
+
 def test_mixed_clients_one_group(module_broker, members):
     """One member of each client in one group (all speak the "range" assignor of the
     "consumer" protocol type): exact assignment, every record read once; the group is listed
