@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from .config import BrokerConfig
-from .metadata import MetadataStore
+from .metadata import MetadataStore, RevisionConflict
 from .metadata import records
 from .protocol.errors import ApiError, ErrorCode
 from .topic_config import TopicSettings, effective, validate_overrides
@@ -90,7 +90,6 @@ class TopicCatalog:
     async def create(self, topic: Topic) -> Topic:
         record = records.TopicRecord(records.RECORD_VERSION, topic.name, str(topic.topic_id),
                                      topic.partitions, topic.configs, topic.internal)
-        from .metadata import RevisionConflict
         try:
             await self.store.put(records.topic_key(topic.name), records.encode(record), expected_revision=0)
         except RevisionConflict:

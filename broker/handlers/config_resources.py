@@ -8,7 +8,7 @@ from typing import Mapping
 
 from ..config import CONFIG_KEYS
 from ..protocol.errors import ApiError, ErrorCode
-from ..topic_config import ConfigEntry, ConfigSource, ConfigType, broker_value
+from ..topic_config import ConfigEntry, ConfigSource, ConfigType, broker_value, validate_overrides
 from ..topics import Topic
 
 
@@ -43,7 +43,6 @@ async def alter_topic(broker, topic_name: str, overrides: Mapping[str, str | Non
     topic: Topic | None = broker.catalog.get(topic_name)
     if topic is None:
         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic_name!r}")
-    from ..topic_config import validate_overrides
     clean = validate_overrides(overrides)
     if not validate_only:
         await broker.catalog.set_configs(topic_name, dict(clean))

@@ -77,7 +77,7 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
                         entries = []
                 else:
                     entries = []
-            except OffsetOutOfRangeError as exc:
+            except OffsetOutOfRangeError:
                 has_error = True
                 partitions.append(_error(index, ErrorCode.OFFSET_OUT_OF_RANGE, partition))
                 continue

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..config import BrokerConfig, ConfigError
 from .local import LocalMetadataStore
 from .store import KeyValue, MetadataStore, RevisionConflict

@@ -189,7 +189,7 @@ def test_clean_leave_triggers_immediate_rebalance():
 def test_batched_leave_reports_per_member_errors():
     group, clock, results = form_group(2, instances=["i0", "i1"])
     complete_sync(group, clock, results)
-    a, b = results[0].member_id, results[1].member_id
+    a = results[0].member_id
     res = group.leave(clock.now_ms(), [(a, "i0"), ("nobody", None), ("", "i1"), ("", "ghost"),
                                        (a, "i0")])
     assert res.member_errors == (E.NONE, E.UNKNOWN_MEMBER_ID, E.NONE, E.UNKNOWN_MEMBER_ID,
