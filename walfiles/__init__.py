@@ -1,0 +1,8 @@
+"""WAL objects: the object format and object keys shared by broker/ and tiering/.
+
+- `walfiles.keys`: every object-key format (WAL objects, tiered segments), `format_*`/`parse_*`.
+- `walfiles.format`: the WAL object layout (header, batches, msgpack index, footer), its
+  builder, validating readers, coalesced-range planning and the WAL object lifecycle.
+
+Reference: docs/formats.md ("WAL objects"). Nothing in this package does I/O.
+"""

@@ -1,0 +1,81 @@
+"""open_object_store: URL parsing and the clear errors for bad URLs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from broker.objectstore import LocalObjectStore, MemoryObjectStore, open_object_store
+from broker.objectstore.s3 import S3ObjectStore
+from broker.objectstore import parse_s3_url
+
+
+def test_memory() -> None:
+    assert isinstance(open_object_store("memory://"), MemoryObjectStore)
+    assert isinstance(open_object_store("memory:"), MemoryObjectStore)
+
+
+def test_file(tmp_path: Path) -> None:
+    store = open_object_store(f"file://{tmp_path}/objects")
+    assert isinstance(store, LocalObjectStore)
+    assert store.root == tmp_path / "objects"
+    assert (tmp_path / "objects").is_dir()
+    spaced = open_object_store(f"file://localhost{tmp_path}/with%20space")
+    assert spaced.root == tmp_path / "with space"  # type: ignore[union-attr]
+
+
+def test_file_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = open_object_store("file:data/objects")
+    assert store.root == tmp_path / "data" / "objects"  # type: ignore[union-attr]
+
+
+def test_s3() -> None:
+    store = open_object_store(
+        "s3://my-bucket/shoal/cluster-1/?endpoint=http://127.0.0.1:9000&region=eu-west-1", max_concurrency=7
+    )
+    assert isinstance(store, S3ObjectStore)
+    assert store.bucket == "my-bucket"
+    assert store.prefix == "shoal/cluster-1/"
+    assert store._config.max_pool_connections == 7
+    assert store._config.s3 == {"addressing_style": "path"}
+    asyncio.run(store.close())
+    assert parse_s3_url("s3://my-bucket") == ("my-bucket", "", {})
+    assert parse_s3_url("s3://my.bucket/p?addressing_style=virtual") == (
+        "my.bucket", "p", {"addressing_style": "virtual"}
+    )
+
+
+@pytest.mark.parametrize(
+    "url,message",
+    [
+        ("", "non-empty"),
+        ("/var/lib/shoal", "no scheme"),
+        ("ftp://host/dir", "unknown scheme"),
+        ("memory://name", "memory store takes no path"),
+        ("file://host/dir", "three slashes"),
+        ("file://", "has no directory"),
+        ("file:///dir?x=1", "no query"),
+        ("s3://", "not a valid bucket name"),
+        ("s3://Upper/prefix", "not a valid bucket name"),
+        ("s3://ab/prefix", "not a valid bucket name"),
+        ("s3://key:secret@bucket/p", "credentials"),
+        ("s3://bucket/a//b", "bad prefix"),
+        ("s3://bucket/a/../b", "bad prefix"),
+        ("s3://bucket/p?endpint=http://x", "unknown option"),
+        ("s3://bucket/p?endpoint=127.0.0.1:9000", "endpoint must be http(s)"),
+        ("s3://bucket/p?region=", "exactly one non-empty value"),
+        ("s3://bucket/p?region=a&region=b", "exactly one non-empty value"),
+        ("s3://bucket/p?addressing_style=sideways", "addressing_style"),
+    ],
+)
+def test_bad_urls(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        open_object_store(url)
+
+
+def test_options_for_other_schemes_are_rejected() -> None:
+    with pytest.raises(ValueError, match="s3:// URLs only"):
+        open_object_store("memory://", request_timeout_ms=5)
