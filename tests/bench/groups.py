@@ -12,16 +12,12 @@ broker, and rebalance times of a 3-member group with default timeouts.
 from __future__ import annotations
 
 import argparse
-import signal
-import shutil
-import tempfile
 import time
 import urllib.request
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from .produce_consume import start_broker
+from .produce_consume import running_broker
 
 
 def commit_throughput(bootstrap: str, commits: int) -> float:
@@ -99,11 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=50_000)
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="shoal-bench-groups-")
-    proc, bootstrap, metrics_url = start_broker(data_dir)
-    try:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("groups-bench", 6, 1)])["groups-bench"].result(30)
+    with running_broker("groups", "groups-bench", 6) as (_, bootstrap, metrics_url):
         rate = commit_throughput(bootstrap, args.commits)
         print(f"offset commits: {rate:,.0f} commits/s ({args.commits} async commits, one consumer)")
         formation, formation_broker, handover, handover_broker = rebalance_times(bootstrap, metrics_url)
@@ -111,10 +103,6 @@ def main() -> None:
               f"(broker: {formation_broker:.3f} s from the last JoinGroup, initial delay included)")
         print(f"rebalance after a clean leave: {handover:.2f} s "
               f"(broker: {handover_broker:.3f} s from the last JoinGroup to the join answers)")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Not a test: no assertions, nothing runs it in CI. Record figures in docs/benchma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -41,6 +43,22 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+@contextlib.contextmanager
+def running_broker(name: str, topic: str, partitions: int) -> Iterator[tuple[subprocess.Popen, str, str]]:
+    """A broker in a temp data dir with one topic: (process, bootstrap, metrics URL);
+    stopped gracefully and its data removed afterwards."""
+    data_dir = tempfile.mkdtemp(prefix=f"shoal-bench-{name}-")
+    proc, bootstrap, metrics_url = start_broker(data_dir)
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+        yield proc, bootstrap, metrics_url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def start_broker(data_dir: str) -> tuple[subprocess.Popen, str, str]:
@@ -125,11 +143,7 @@ def main() -> None:
     parser.add_argument("--paced-mib", type=float, default=50.0,
                         help="also run a paced produce at this rate to report unqueued latency (0 = skip)")
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="shoal-bench-")
-    proc, bootstrap, _ = start_broker(data_dir)
-    try:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("bench", 8, 1)])["bench"].result(30)
+    with running_broker("produce", "bench", 8) as (proc, bootstrap, _):
         total_gib = args.records * args.size / 2**30
         cpu0 = cpu_seconds(proc.pid)
         result = produce(bootstrap, "bench", args.records, args.size)
@@ -148,10 +162,6 @@ def main() -> None:
             paced = produce(bootstrap, "bench", paced_records, args.size, args.paced_mib)
             print(f"paced produce at {args.paced_mib:.0f} MiB/s ({paced_records} records): "
                   f"p50 {paced['p50_ms']:.1f} ms, p99 {paced['p99_ms']:.1f} ms")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
