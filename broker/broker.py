@@ -10,16 +10,22 @@ import uuid
 
 from .clock import Clock, SystemClock
 from .config import BrokerConfig
+from .diskless.cache import ObjectCache
+from .diskless.commit import LocalCommitter
+from .diskless.reader import WalReader
+from .diskless.wal_writer import WalWriter
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all
 from .metadata import MetadataStore, open_store
 from .metadata import records
 from .metrics import BrokerMetrics, MetricsServer
+from .objectstore import ObjectStore, open_object_store
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .server import KafkaServer
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
+from walfiles.keys import WalKeyAllocator, wal_prefix
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,16 @@ class Broker:
         self.replicas = ReplicaManager(config, self.catalog, self.clock, self.metrics, self.waiters)
         self.producer_ids = ProducerIdAllocator(self.store)
         self.groups = GroupCoordinator(self)
+        self.objects: ObjectStore = open_object_store(
+            config.object_store_url, max_concurrency=config.object_store_max_concurrency,
+            on_request=self.metrics.observe_object_request)
+        self.cache = ObjectCache(config.cache_max_bytes,
+                                 on_hit=lambda n: self.metrics.cache_requests.labels("hit").inc(),
+                                 on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc())
+        self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
+        self.committer = LocalCommitter(self.catalog, self.replicas, self.clock, config.wal_commit_deadline_ms)
+        self.wal: WalWriter  # needs the cluster id: made in start()
+        self.wal_reader: WalReader
         self.server = KafkaServer(self)
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
         self.cluster_id = ""
@@ -51,6 +67,7 @@ class Broker:
             host, port = _split(self.config.metrics_listen)
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
+        self._start_diskless()
         await self.catalog.load()
         self.replicas.start()
         await self.groups.start()
@@ -68,10 +85,21 @@ class Broker:
         self.waiters.notify_all()
         await self.groups.stop()
         await self.server.stop()
+        await self.wal.close()
         await self.replicas.stop()
+        await self.objects.close()
         await self.store.close()
         await self.metrics_server.stop()
         log.info("broker %d stopped cleanly", self.node_id)
+
+    def _start_diskless(self) -> None:
+        config = self.config
+        keys = WalKeyAllocator("", self.cluster_id, self.node_id, self.clock.now_ms)
+        self.wal = WalWriter(self.objects, keys, self.committer, self.cache, self.metrics,
+                             buffer_max_bytes=config.wal_buffer_max_bytes, linger_ms=config.wal_linger_ms,
+                             max_inflight_bytes=config.wal_max_inflight_bytes)
+        prefix = wal_prefix("", self.cluster_id)
+        self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)
 
     async def _cluster_id(self) -> str:
         current = await self.store.get(records.CLUSTER_KEY)

@@ -45,6 +45,14 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     stateless: bool = False
     object_store: str | None = None
     metadata: str = "local:"
+    object_store_max_concurrency: Positive = 64
+    # Diskless topics (docs/architecture.md "Diskless topics")
+    diskless_default: bool = True
+    wal_buffer_max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 << 20
+    wal_linger_ms: NonNegative = 250
+    wal_max_inflight_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 << 20
+    wal_commit_deadline_ms: Positive = 60000
+    cache_max_bytes: NonNegative = 256 << 20
     # Network limits (Kafka names and defaults)
     socket_request_max_bytes: Positive = 104857600
     connections_max_idle_ms: Positive = 600000
@@ -93,12 +101,22 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
                               f"not {self.log_message_timestamp_type!r}")
         if self.metadata != "local:" and not self.metadata.startswith("etcd://"):
             raise ConfigError(f"metadata must be local: or etcd://host:port/prefix, got {self.metadata!r}")
+        if self.wal_max_inflight_bytes < self.wal_buffer_max_bytes:
+            raise ConfigError(f"wal.max.inflight.bytes ({self.wal_max_inflight_bytes}) must be at least "
+                              f"wal.buffer.max.bytes ({self.wal_buffer_max_bytes})")
         if self.stateless and self.data_dir is not None and self.data_dir != "./data":
             raise ConfigError("--stateless and data.dir are exclusive: a stateless broker has no data dir")
 
     @property
     def advertised(self) -> tuple[str, int]:
         return parse_host_port(self.advertise or self.listen, "advertise")
+
+    @property
+    def object_store_url(self) -> str:
+        """`object.store`, else a directory next to the data: the embedded default."""
+        if self.object_store:
+            return self.object_store
+        return (self.data_path / "objects").resolve().as_uri()
 
     @property
     def data_path(self) -> Path:

@@ -45,6 +45,35 @@ class BrokerMetrics:
         self.offset_commits = Counter("shoal_offset_commits", "Partition offsets committed to __consumer_offsets.",
                                       registry=r)
         self.groups = Gauge("shoal_groups", "Consumer groups this broker coordinates.", registry=r)
+        # Object store and diskless topics
+        self.object_store_requests = Counter(
+            "shoal_object_store_requests", "Object store request attempts, by operation and outcome.",
+            ["operation", "outcome"], registry=r)
+        self.object_store_request_seconds = Histogram(
+            "shoal_object_store_request_seconds", "Time of one object store request attempt, by operation.",
+            ["operation"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.object_store_bytes = Counter(
+            "shoal_object_store_bytes", "Payload bytes moved to (up) or from (down) the object store.",
+            ["direction"], registry=r)
+        self.wal_object_bytes = Histogram(
+            "shoal_wal_object_bytes", "Size of uploaded WAL objects.",
+            buckets=tuple(float(1 << n) for n in range(10, 28, 2)), registry=r)
+        self.wal_upload_seconds = Histogram("shoal_wal_upload_seconds", "Time to upload one WAL object (PUT).",
+                                            buckets=_LATENCY_BUCKETS, registry=r)
+        self.wal_commit_seconds = Histogram("shoal_wal_commit_seconds",
+                                            "Time from sending a WAL object's commits to the leaders' answers.",
+                                            buckets=_LATENCY_BUCKETS, registry=r)
+        self.wal_objects = Counter("shoal_wal_objects", "WAL objects finished, by outcome.", ["outcome"], registry=r)
+        self.wal_seals = Counter("shoal_wal_seals", "WAL buffers sealed, by reason.", ["reason"], registry=r)
+        self.wal_buffer_bytes = Gauge("shoal_wal_buffer_bytes", "Bytes in the open WAL buffer.", registry=r)
+        self.wal_inflight_bytes = Gauge(
+            "shoal_wal_inflight_bytes", "Diskless produce bytes admitted and not yet committed "
+            "(bounded by wal.max.inflight.bytes).", registry=r)
+        self.wal_backpressure_waits = Counter(
+            "shoal_wal_backpressure_waits", "Produce requests that waited for wal.max.inflight.bytes.", registry=r)
+        self.cache_requests = Counter("shoal_cache_requests", "Object cache lookups, by result (hit, miss).",
+                                      ["result"], registry=r)
+        self.cache_bytes = Gauge("shoal_cache_bytes", "Bytes held by the object cache.", registry=r)
         self._per_api: dict[int, tuple[Counter, Histogram]] = {}
 
     def observe_request(self, api_key: int, seconds: float) -> None:
@@ -54,6 +83,14 @@ class BrokerMetrics:
             pair = self._per_api[api_key] = (self.requests.labels(label), self.request_seconds.labels(label))
         pair[0].inc()
         pair[1].observe(seconds)
+
+
+    def observe_object_request(self, operation: str, outcome: str, seconds: float, nbytes: int) -> None:
+        """The object stores' RequestObserver."""
+        self.object_store_requests.labels(operation, outcome).inc()
+        self.object_store_request_seconds.labels(operation).observe(seconds)
+        if nbytes:
+            self.object_store_bytes.labels("up" if operation.startswith("put") else "down").inc(nbytes)
 
 
 class MetricsServer:

@@ -15,7 +15,8 @@ from .clock import Clock
 from .log import EntryKind, PartitionLog
 from .producers import DuplicateBatch, ProducerStateManager
 from .protocol import batch as batches
-from .protocol.batch import BatchFormatError, BatchHeader, UnsupportedMagicError
+from .diskless.coordinates import WalRef, encode_ref
+from .protocol.batch import BATCH_HEADER_SIZE, BatchFormatError, BatchHeader, UnsupportedMagicError, parse_header
 from .protocol.errors import ApiError, ErrorCode
 from .topic_config import TopicSettings
 
@@ -122,13 +123,50 @@ class Partition:
         """Validate, deduplicate and append a produce request's batches for this partition."""
         now_ms = self._clock.now_ms()
         found = validate_batches(records, self.settings, now_ms)
+        self.check_acks(acks)
+        items: list[tuple[BatchHeader, memoryview | bytearray]] = []
+        for pos, header in found:
+            data: memoryview | bytearray = records[pos:pos + header.size]
+            if self.settings.log_append_time:
+                data = bytearray(data)
+                batches.stamp_log_append_time(data, header, now_ms)
+            items.append((header, data))
+        return self._append(EntryKind.RECORDS, items)
+
+    def prepare_diskless(self, records: memoryview, acks: int) -> list[tuple[memoryview, bytes]]:
+        """Representative side of a diskless produce: validate like append_records and return
+        each batch (unmodified, for the WAL object) with the 61-byte header to commit."""
+        now_ms = self._clock.now_ms()
+        found = validate_batches(records, self.settings, now_ms)
+        self.check_acks(acks)
+        prepared = []
+        for pos, header in found:
+            batch = records[pos:pos + header.size]
+            if self.settings.log_append_time:
+                head = bytes(batches.log_append_time_header(batch, header, now_ms))
+            else:
+                head = bytes(batch[:BATCH_HEADER_SIZE])
+            prepared.append((batch, head))
+        return prepared
+
+    def append_coordinates(self, batches_: list[tuple[bytes, WalRef]], acks: int) -> AppendOutcome:
+        """Commit diskless batches: (61-byte header as the representative stamped it, where the
+        batch lives). Same producer-state checks and offset assignment as append_records."""
+        self.check_acks(acks)
+        items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
+        return self._append(EntryKind.COORDINATES, items)
+
+    def check_acks(self, acks: int) -> None:
         if acks == -1 and self.isr_size < self.settings.min_insync_replicas:
             raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                            f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
-        append_time = now_ms if self.settings.log_append_time else -1
+
+    def _append(self, kind: EntryKind, items: list[tuple[BatchHeader, memoryview | bytearray | bytes]]) -> AppendOutcome:
+        """Deduplicate against producer state and append; a duplicate answers with its offsets."""
         first_offset = -1
         appended = 0
-        for pos, header in found:
+        append_time = items[0][0].max_timestamp if self.settings.log_append_time and items else -1
+        for header, data in items:
             verdict = self.producers.check(header)
             if isinstance(verdict, DuplicateBatch):
                 if first_offset < 0:
@@ -137,11 +175,7 @@ class Partition:
             if verdict is not None:
                 raise ApiError(verdict, f"producer {header.producer_id} epoch {header.producer_epoch} "
                                         f"sequence {header.base_sequence}: {verdict.name}")
-            data: memoryview | bytearray = records[pos:pos + header.size]
-            if self.settings.log_append_time:
-                data = bytearray(data)
-                batches.stamp_log_append_time(data, header, now_ms)
-            result = self.log.append(EntryKind.RECORDS, header, data, self.leader_epoch)
+            result = self.log.append(kind, header, data, self.leader_epoch)
             self.producers.on_append(header, result.base_offset, header.max_timestamp)
             if first_offset < 0:
                 first_offset = result.base_offset

@@ -1,8 +1,9 @@
 """The Kafka listener: sockets, framing and per-connection response order, nothing else.
 
-Each connection has one worker that answers its requests strictly in arrival order (as
-Kafka does), while the transport keeps reading ahead: requests are pipelined, responses
-are never reordered. Limits: `socket.request.max.bytes` per frame (bigger closes the
+Each connection has one worker that takes its requests strictly in arrival order, and one
+writer that answers them in that order, while the transport keeps reading ahead: requests
+are pipelined, responses are never reordered. Produce requests may overlap each other while
+they wait for a diskless commit (see KafkaConnection._work); everything else runs alone. Limits: `socket.request.max.bytes` per frame (bigger closes the
 connection), `queued.max.requests` frames waiting per connection (more pauses reading,
 which pushes back on the client through TCP), and `connections.max.idle.ms` of silence
 closes a connection. Shutdown stops accepting, answers what was already received, then
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PRODUCE_KEY = b"\x00\x00"  # api_key 0 as the first two bytes of a request frame
+MAX_PIPELINED_PRODUCE = 16  # produce requests of one connection waiting for WAL commits at once
+
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: "KafkaServer") -> None:
@@ -39,6 +43,9 @@ class KafkaConnection(asyncio.Protocol):
         self._worker: asyncio.Task[None] | None = None
         self._reading_paused = False
         self._closing = False
+        self._pending = 0  # requests dispatched and not yet answered
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.busy = False
         self.last_active = 0.0
         self.peer = "?"
@@ -106,6 +113,12 @@ class KafkaConnection(asyncio.Protocol):
             await self._worker
 
     async def _work(self) -> None:
+        """Take requests in arrival order. Produce requests may overlap one another (up to
+        MAX_PIPELINED_PRODUCE): each appends synchronously when it starts, so the order of the
+        batches is the arrival order, and only the wait for a WAL commit overlaps. Any other
+        request waits until everything before it is answered and runs alone, as in Kafka."""
+        responses: asyncio.Queue[asyncio.Task[list[bytes | bytearray] | None] | None] = asyncio.Queue()
+        writer = asyncio.get_running_loop().create_task(self._write_responses(responses))
         try:
             while True:
                 if not self._queue:
@@ -120,25 +133,51 @@ class KafkaConnection(asyncio.Protocol):
                 if self._reading_paused and len(self._queue) < self._broker.config.queued_max_requests // 2:
                     self._reading_paused = False
                     self._transport.resume_reading()
+                pipelined = request[:2] == PRODUCE_KEY
+                if not pipelined or self._pending >= MAX_PIPELINED_PRODUCE:
+                    await self._idle.wait()
+                self._pending += 1
+                self._idle.clear()
                 self.busy = True
-                try:
-                    response = await dispatch(self._broker, request, self.peer)
-                finally:
-                    self.busy = False
-                    self.last_active = asyncio.get_running_loop().time()
-                if response is not None:
-                    if self._transport.is_closing():
-                        break  # the client went away while we worked; nobody to answer
-                    self._broker.metrics.bytes_out.inc(sum(len(part) for part in response))
-                    self._transport.writelines(frame(response))
-                    await self._can_write.wait()
-        except ConnectionFault as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
-        except Exception:
-            log.exception("connection from %s failed", self.peer)
+                responses.put_nowait(asyncio.get_running_loop().create_task(dispatch(self._broker, request, self.peer)))
+                if not pipelined:
+                    await self._idle.wait()
         finally:
+            responses.put_nowait(None)
+            await writer
             if self._transport is not None:
                 self._transport.close()
+
+    async def _write_responses(self, responses: asyncio.Queue) -> None:  # type: ignore[type-arg]
+        """Write answers strictly in request order. After a fault the connection is closed and
+        the remaining requests are only waited out (nobody is left to answer)."""
+        faulted = False
+        while (task := await responses.get()) is not None:
+            response = None
+            try:
+                response = await task
+            except ConnectionFault as exc:
+                if not faulted:
+                    log.warning("closing connection from %s: %s", self.peer, exc)
+                faulted = True
+            except Exception:
+                log.exception("connection from %s failed", self.peer)
+                faulted = True
+            finally:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.set()
+                    self.busy = False
+                self.last_active = asyncio.get_running_loop().time()
+            if faulted or self._transport is None or self._transport.is_closing():
+                faulted = True
+                if self._transport is not None:
+                    self._transport.close()
+                continue
+            if response is not None:
+                self._broker.metrics.bytes_out.inc(sum(len(part) for part in response))
+                self._transport.writelines(frame(response))
+                await self._can_write.wait()
 
 
 class KafkaServer:

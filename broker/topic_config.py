@@ -54,6 +54,13 @@ def _integer(low: int, high: int = LONG_MAX) -> Callable[[str], int]:
     return parse
 
 
+def _boolean(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("Expected value to be either true or false")
+    return value
+
+
 def _one_of(*allowed: str, unsupported: Mapping[str, str] | None = None) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = text.strip()
@@ -66,6 +73,7 @@ def _one_of(*allowed: str, unsupported: Mapping[str, str] | None = None) -> Call
 
 
 _INT_MAX = 2147483647
+DISKLESS_ENABLE = "diskless.enable"
 _NOT_YET = "compacted topics are not supported yet (cleanup.policy=delete only)"
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     TopicConfigDef("cleanup.policy", "log.cleanup.policy", ConfigType.LIST,
@@ -99,6 +107,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
                    "fsync after this many messages; the default leaves durability to replication."),
     TopicConfigDef("flush.ms", "log.flush.interval.ms", ConfigType.LONG, _integer(0),
                    "fsync when the oldest unflushed message is this old."),
+    TopicConfigDef(DISKLESS_ENABLE, "diskless.default", ConfigType.BOOLEAN, _boolean,
+                   "Record bytes go to shared WAL objects in the object store; the partition log keeps "
+                   "batch headers and coordinates. Set at creation."),
 )}
 
 
@@ -159,6 +170,7 @@ class TopicSettings:
     max_message_bytes: int
     min_insync_replicas: int
     log_append_time: bool
+    diskless: bool
     timestamp_before_max_ms: int
     timestamp_after_max_ms: int
     log: LogConfig
@@ -171,6 +183,7 @@ def effective(overrides: Mapping[str, str], broker: BrokerConfig) -> TopicSettin
         max_message_bytes=number("max.message.bytes"),
         min_insync_replicas=number("min.insync.replicas"),
         log_append_time=values["message.timestamp.type"] == "LogAppendTime",
+        diskless=values[DISKLESS_ENABLE] == "true",
         timestamp_before_max_ms=number("message.timestamp.before.max.ms"),
         timestamp_after_max_ms=number("message.timestamp.after.max.ms"),
         log=LogConfig(
@@ -179,5 +192,6 @@ def effective(overrides: Mapping[str, str], broker: BrokerConfig) -> TopicSettin
             flush_messages=number("flush.messages"), flush_ms=number("flush.ms"),
             index_interval_bytes=number("index.interval.bytes"),
             segment_index_bytes=number("segment.index.bytes"),
+            size_by_batch_bytes=values[DISKLESS_ENABLE] == "true",
         ),
     )

@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 from .config import BrokerConfig
 from .metadata import MetadataStore, RevisionConflict
 from .metadata import records
 from .protocol.errors import ApiError, ErrorCode
-from .topic_config import TopicSettings, effective, validate_overrides
+from .topic_config import DISKLESS_ENABLE, TopicSettings, effective, validate_overrides
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -85,7 +85,10 @@ class TopicCatalog:
             raise ApiError(ErrorCode.INVALID_PARTITIONS,
                            f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.")
         overrides = validate_overrides(configs)
-        return Topic(name, uuid.uuid4(), partitions, overrides, effective(overrides, self.broker))
+        settings = effective(overrides, self.broker)
+        # The mode is fixed at creation: a later change of diskless.default must not flip it.
+        overrides[DISKLESS_ENABLE] = "true" if settings.diskless else "false"
+        return Topic(name, uuid.uuid4(), partitions, overrides, settings)
 
     async def create(self, topic: Topic) -> Topic:
         record = records.TopicRecord(records.RECORD_VERSION, topic.name, str(topic.topic_id),
@@ -122,8 +125,18 @@ class TopicCatalog:
 
     async def set_configs(self, name: str, overrides: dict[str, str | None]) -> Topic:
         """Replace the topic's overrides (callers merge for incremental changes)."""
+        return await self._update(self._require(name), configs=self.check_configs(name, overrides))
+
+    def check_configs(self, name: str, overrides: Mapping[str, str | None]) -> dict[str, str]:
+        """Validate a replacement of the topic's overrides; the mode may not change."""
         topic = self._require(name)
-        return await self._update(topic, configs=validate_overrides(overrides))
+        clean = validate_overrides(overrides)
+        clean.setdefault(DISKLESS_ENABLE, topic.configs.get(DISKLESS_ENABLE, "false"))
+        if clean[DISKLESS_ENABLE] != topic.configs.get(DISKLESS_ENABLE, "false"):
+            raise ApiError(ErrorCode.INVALID_CONFIG,
+                           f"{DISKLESS_ENABLE} is set when a topic is created; switching the mode of "
+                           f"topic {name} online is not supported yet")
+        return clean
 
     def _require(self, name: str) -> Topic:
         topic = self._by_name.get(name)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPIC_CONFIGS = {"retention.ms": "-1", "max.message.bytes": "10485760"}
+INTERNAL_TOPIC_CONFIGS = {"retention.ms": "-1", "max.message.bytes": "10485760", "diskless.enable": "false"}
 MAX_TIMER_SLEEP_S = 1.0
 
 

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from ..config import CONFIG_KEYS
 from ..protocol.errors import ApiError, ErrorCode
-from ..topic_config import ConfigEntry, ConfigSource, ConfigType, broker_value, validate_overrides
+from ..topic_config import ConfigEntry, ConfigSource, ConfigType, broker_value
 from ..topics import Topic
 
 
@@ -43,9 +43,10 @@ async def alter_topic(broker, topic_name: str, overrides: Mapping[str, str | Non
     topic: Topic | None = broker.catalog.get(topic_name)
     if topic is None:
         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic_name!r}")
-    clean = validate_overrides(overrides)
-    if not validate_only:
-        await broker.catalog.set_configs(topic_name, dict(clean))
+    if validate_only:
+        broker.catalog.check_configs(topic_name, overrides)
+    else:
+        await broker.catalog.set_configs(topic_name, dict(overrides))
 
 
 STATIC_BROKER_MESSAGE = ("broker configs are static in this version: change them in the config file, "

@@ -4,15 +4,24 @@ fetches at once. Sizes follow KIP-74: the first batch of the response is returne
 even above `partition_max_bytes`/`max_bytes` so consumers always progress; after that both
 limits are hard. Fetch sessions (KIP-227) are declined with session id 0, which makes
 clients send full fetches, as the protocol allows.
+
+Diskless entries are resolved after the sizing pass, all partitions together, so batches of
+one WAL object are read with coalesced ranged GETs through the object cache. Each batch is
+served as the entry's header (baseOffset, partitionLeaderEpoch and any LogAppendTime stamp as
+committed) followed by the object's bytes after the first 61.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from kafka.protocol.consumer import FetchResponse
 
+from ..diskless.batches import batch_pieces
+from ..diskless.reader import WalReadError
 from ..log import EntryKind, OffsetOutOfRangeError
+from ..objectstore import ObjectStoreError
 from ..protocol.errors import ApiError, ErrorCode
 from .common import resolve_topic
 from .registry import api
@@ -20,6 +29,8 @@ from .registry import api
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 READ_COMMITTED = 1
+SERVED_KINDS = (EntryKind.RECORDS, EntryKind.COORDINATES)
+logger = logging.getLogger(__name__)
 
 
 def check_leader_epoch(current_leader_epoch: int, leader_epoch: int) -> None:
@@ -36,12 +47,26 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        topics, total_bytes, has_error, keys = _read_all(broker, request)
+        topics, total_bytes, has_error, keys, found = _read_all(broker, request)
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or has_error or remaining <= 0 or broker.stopping:
+            await _resolve(broker, found)
             broker.metrics.fetched_bytes.inc(total_bytes)
             return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
         await broker.waiters.wait(keys, remaining)
+
+
+async def _resolve(broker, found):  # type: ignore[no-untyped-def]
+    """Fill each partition's records: classic entries as stored, diskless ones from WAL objects."""
+    try:
+        pieces = iter(await batch_pieces(broker.wal_reader, [e for _response, entries in found for e in entries]))
+    except (ObjectStoreError, WalReadError) as exc:
+        logger.warning("fetch could not read WAL objects: %s", exc)
+        for response, _entries in found:
+            response.error_code, response.records = ErrorCode.KAFKA_STORAGE_ERROR, b""
+        return
+    for response, entries in found:
+        response.records = b"".join([piece for _entry in entries for piece in next(pieces)])
 
 
 def _read_all(broker, request):  # type: ignore[no-untyped-def]
@@ -52,6 +77,7 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
     aborted = [] if request.isolation_level == READ_COMMITTED else None
     keys = []
     topics = []
+    found = []  # (partition response, its entries), records filled in by _resolve
     for fetch_topic in request.topics:
         partitions = []
         try:
@@ -73,7 +99,7 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
                     entries = log.read(fetch_partition.fetch_offset, max(limit, 0), high_watermark)
                 elif limit > 0:
                     entries = log.read(fetch_partition.fetch_offset, limit, high_watermark)
-                    if entries and entries[0].data.nbytes > limit:
+                    if entries and entries[0].header.size > limit:
                         entries = []
                 else:
                     entries = []
@@ -86,16 +112,19 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
                 partitions.append(_error(index, exc.code, None))
                 continue
             keys.append(partition.key)
-            records = b"".join([e.data for e in entries if e.kind == EntryKind.RECORDS])
-            if records:
+            entries = [e for e in entries if e.kind in SERVED_KINDS]
+            if entries:
                 first_batch_pending = False
-                total += len(records)
-            partitions.append(_Partition(
+                total += sum(e.header.size for e in entries)
+            response = _Partition(
                 partition_index=index, error_code=0, high_watermark=high_watermark,
                 last_stable_offset=high_watermark, log_start_offset=log.log_start_offset,
-                aborted_transactions=aborted, preferred_read_replica=-1, records=records))
+                aborted_transactions=aborted, preferred_read_replica=-1, records=b"")
+            partitions.append(response)
+            if entries:
+                found.append((response, entries))
         topics.append(_Topic(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id, partitions=partitions))
-    return topics, total, has_error, keys
+    return topics, total, has_error, keys, found
 
 
 def _error(index: int, code: ErrorCode, partition):  # type: ignore[no-untyped-def]

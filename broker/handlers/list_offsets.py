@@ -1,7 +1,7 @@
 """ListOffsets: earliest, latest (the high watermark: what a consumer can read), max
 timestamp, and by timestamp. A timestamp lookup finds the batch through the time index,
-then reads that one batch's records for the first record at or after the target, as Kafka
-does; this is the only place the broker decodes records, and it is not a hot path.
+then reads that one batch's records (for a diskless partition, from its WAL object) for the
+first record at or after the target, as Kafka does; this is the only place the broker decodes records, and it is not a hot path.
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
+from ..diskless.batches import batch_pieces
+from ..diskless.reader import WalReadError
+from ..objectstore import ObjectStoreError
 from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
 from ..protocol.errors import ApiError, ErrorCode
 from .fetch import check_leader_epoch
@@ -29,7 +32,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
             try:
                 partition = broker.replicas.get(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
-                offset, timestamp = _lookup(partition.log, list_partition.timestamp)
+                offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
                 partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,
                                              offset=offset, leader_epoch=partition.leader_epoch))
             except ApiError as exc:
@@ -39,7 +42,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-def _lookup(log, target: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+async def _lookup(broker, log, target: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches."""
     if target == LATEST:
         return log.high_watermark, -1
@@ -52,20 +55,24 @@ def _lookup(log, target: int) -> tuple[int, int]:  # type: ignore[no-untyped-def
         if entry is None or entry.base_offset >= log.high_watermark:
             return -1, -1
         wanted = entry.header.max_timestamp
-        return _first_record_at_or_after(entry, wanted, exact=True)
+        return await _first_record_at_or_after(broker, entry, wanted, exact=True)
     if target < 0:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {target}")
     entry = log.entry_for_timestamp(target)
     if entry is None or entry.base_offset >= log.high_watermark:
         return -1, -1
-    return _first_record_at_or_after(entry, target, exact=False)
+    return await _first_record_at_or_after(broker, entry, target, exact=False)
 
 
-def _first_record_at_or_after(entry, target: int, exact: bool) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+async def _first_record_at_or_after(broker, entry, target: int, exact: bool) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         return header.base_offset, header.max_timestamp
-    for record in DefaultRecordBatch(bytes(entry.data)):
+    try:
+        [pieces] = await batch_pieces(broker.wal_reader, [entry])
+    except (ObjectStoreError, WalReadError) as exc:
+        raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {exc}") from None
+    for record in DefaultRecordBatch(b"".join(pieces)):
         if record.timestamp == target if exact else record.timestamp >= target:
             return record.offset, record.timestamp
     return header.last_offset, header.max_timestamp

@@ -1,13 +1,20 @@
 """Produce: validate and append each partition's batches; per-partition error codes.
 
+Classic partitions are appended at once. Diskless partitions are validated here, then handed
+to the WAL writer together (one submit per request, so they share WAL objects and keep
+arrival order); the answer waits for their commit.
+
 With acks=0 the client reads no response, so a failed partition closes the connection
 (as Kafka does) to make the client notice and refresh its metadata.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from kafka.protocol.producer import ProduceResponse
 
+from ..diskless.wal_writer import PartitionAppend
 from ..dispatch import ConnectionFault
 from ..protocol.errors import ApiError, ErrorCode
 from .common import resolve_topic
@@ -22,9 +29,9 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     acks = request.acks
     metrics = broker.metrics
     topics = []
-    failed = False
+    diskless: list[tuple[list, int, PartitionAppend]] = []  # (results list, slot in it, append)
     for topic_data in request.topic_data:
-        results = []
+        results: list = []
         try:
             topic = resolve_topic(broker, topic_data.name, topic_data.topic_id)
         except ApiError as exc:
@@ -38,14 +45,15 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 if topic is None:
                     raise topic_error
                 partition = broker.replicas.get(topic.name, data.index)
-                records = data.records
-                outcome = partition.append_records(memoryview(records if records is not None else b""), acks)
+                records = memoryview(data.records if data.records is not None else b"")
+                if topic.settings.diskless:
+                    append = PartitionAppend(topic.topic_id, data.index, acks, partition.prepare_diskless(records, acks))
+                    diskless.append((results, len(results), append))
+                    results.append(None)
+                    continue
+                outcome = partition.append_records(records, acks)
             except ApiError as exc:
-                failed = True
-                metrics.produce_errors.labels(exc.code.name).inc()
-                results.append(_Partition(index=data.index, error_code=exc.code, base_offset=-1,
-                                          log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
-                                          error_message=exc.message))
+                results.append(_error(broker, data.index, exc.code, exc.message))
                 continue
             if outcome.appended_bytes:
                 metrics.produced_bytes.inc(outcome.appended_bytes)
@@ -55,7 +63,25 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                                       error_message=None))
         topics.append(_Topic(name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results))
     if acks == 0:
-        if failed:
+        if any(p is not None and p.error_code for t in topics for p in t.partition_responses):
             raise ConnectionFault("acks=0 produce failed for at least one partition")
+        if diskless:
+            broker.wal.submit([append for _results, _slot, append in diskless])  # nobody waits for the answer
         return None
+    if diskless:
+        futures = broker.wal.submit([append for _results, _slot, append in diskless])
+        for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
+            if result.error_code:
+                results[slot] = _error(broker, append.partition, ErrorCode(result.error_code), result.error_message)
+                continue
+            metrics.produced_bytes.inc(append.size)
+            results[slot] = _Partition(index=append.partition, error_code=0, base_offset=result.base_offset,
+                                       log_append_time_ms=result.log_append_time_ms,
+                                       log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
     return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+def _error(broker, index: int, code: ErrorCode, message: str | None):  # type: ignore[no-untyped-def]
+    broker.metrics.produce_errors.labels(code.name).inc()
+    return _Partition(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+                      record_errors=[], error_message=message)

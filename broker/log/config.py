@@ -27,6 +27,9 @@ class LogConfig:
     flush_ms: int = INT64_MAX  # flush.ms: fsync when the last flush is this old
     index_interval_bytes: int = 4096  # index.interval.bytes: bytes between offset-index entries
     segment_index_bytes: int = 10485760  # segment.index.bytes: roll when an index reaches this size
+    # Diskless partitions: entries only refer to batches kept elsewhere, so segment.bytes and
+    # retention.bytes count the referenced batch bytes (what Kafka would have stored), not the entries.
+    size_by_batch_bytes: bool = False
 
     def __post_init__(self) -> None:
         _check("segment.bytes", self.segment_bytes, 1, INT32_MAX)

@@ -310,7 +310,11 @@ class PartitionLog:
 
     @property
     def size_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        """What retention.bytes limits: file bytes, or for diskless logs the referenced batch bytes."""
+        return sum(self._segment_bytes(s) for s in self._segments)
+
+    def _segment_bytes(self, seg: Segment) -> int:
+        return seg.batch_bytes() if self._config.size_by_batch_bytes else seg.size
 
     @property
     def segment_base_offsets(self) -> list[int]:
@@ -361,6 +365,7 @@ class PartitionLog:
             rolled = False
             if seg.size > 0 and (
                 seg.size + entry_size > cfg.segment_bytes
+                or (cfg.size_by_batch_bytes and seg.batch_bytes() + header.size > cfg.segment_bytes)
                 or self._waited_for_roll(seg, header.max_timestamp) > cfg.segment_ms
                 or seg.index_full(cfg.segment_index_bytes)
                 or last - seg.base_offset > MAX_RELATIVE_OFFSET
@@ -384,7 +389,7 @@ class PartitionLog:
             except BaseException:
                 _cut_back(fd, position)
                 raise
-            seg.track(base, last, header.max_timestamp, position, entry_size, cfg.index_interval_bytes)
+            seg.track(base, last, header.max_timestamp, position, entry_size, cfg.index_interval_bytes, header.size)
             self._leo = last + 1
             header.base_offset = base
             header.partition_leader_epoch = leader_epoch
@@ -476,7 +481,7 @@ class PartitionLog:
                 continue
             if header.base_offset >= limit:
                 return total, True
-            data_size = size - PREFIX_SIZE
+            data_size = header.size  # the batch's size, also for entries that only refer to it
             if entries and total + data_size > max_bytes:
                 return total, True
             check_version(version)
@@ -654,8 +659,8 @@ class PartitionLog:
             by_size = 0
             if cfg.retention_bytes >= 0:
                 diff = self.size_bytes - cfg.retention_bytes
-                while by_size < deletable and diff - segs[by_size].size >= 0:
-                    diff -= segs[by_size].size
+                while by_size < deletable and diff - self._segment_bytes(segs[by_size]) >= 0:
+                    diff -= self._segment_bytes(segs[by_size])
                     by_size += 1
             n = max(by_time, by_size)
             if n == 0:

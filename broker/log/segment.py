@@ -77,7 +77,7 @@ class Segment:
         "base_offset", "directory", "size", "synced_size", "next_offset", "created_ms",
         "rolling_timestamp", "max_timestamp", "offset_of_max_timestamp", "bytes_since_last_index",
         "_offset_index", "_time_index", "_fd", "_writable", "_index_fd", "_timeindex_fd",
-        "index_interval_bytes",
+        "index_interval_bytes", "_batch_bytes",
     )
 
     def __init__(self, directory: Path, base_offset: int, size: int, created_ms: int) -> None:
@@ -98,6 +98,7 @@ class Segment:
         self._index_fd: int | None = None
         self._timeindex_fd: int | None = None
         self.index_interval_bytes = 4096  # used when indexes must be rebuilt lazily; set by the log
+        self._batch_bytes: int | None = None  # sum of the batch sizes of the entries; None = not counted yet
 
     # ---- files -------------------------------------------------------------------------------
 
@@ -123,6 +124,7 @@ class Segment:
         seg._timeindex_fd = os.open(seg.timeindex_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg._offset_index = OffsetIndex()
         seg._time_index = TimeIndex()
+        seg._batch_bytes = 0
         return seg
 
     @classmethod
@@ -291,10 +293,20 @@ class Segment:
         self.bytes_since_last_index = 0
         self.rolling_timestamp = None
         self.next_offset = self.base_offset
+        self._batch_bytes = None
+
+    def batch_bytes(self) -> int:
+        """Bytes of the Kafka batches the entries stand for (for diskless entries, the referenced
+        batches'). Counted on append; for a segment loaded from disk, by one scan of its heads."""
+        if self._batch_bytes is None:
+            self._batch_bytes = sum(header.size for _pos, _size, header in self.iter_heads(0, self.size))
+        return self._batch_bytes
 
     def track(self, base_offset: int, last_offset: int, max_timestamp: int, position: int, size: int,
-              index_interval_bytes: int) -> None:
+              index_interval_bytes: int, batch_size: int = 0) -> None:
         """Account for one entry appended (or found by a scan) at ``position``; O(1)."""
+        if self._batch_bytes is not None:
+            self._batch_bytes += batch_size
         if max_timestamp > self.max_timestamp or self.offset_of_max_timestamp < 0:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = base_offset
@@ -443,6 +455,7 @@ class Segment:
         os.ftruncate(self.fd, position)
         datasync(self.fd)
         self.size = self.synced_size = position
+        self._batch_bytes = None  # recounted on demand
 
     def recover(self, position: int, expected_offset: int, index_interval_bytes: int) -> ScanResult:
         """Verify entries from ``position`` to the end of the file, indexing them; cut at the first bad one.

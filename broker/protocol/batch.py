@@ -158,17 +158,26 @@ def set_leader_epoch(batch: bytearray | memoryview, leader_epoch: int) -> None:
     _LEADER_EPOCH.pack_into(batch, OFFSET_LEADER_EPOCH, leader_epoch)
 
 
-def stamp_log_append_time(batch: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
-    """Switch a batch to LogAppendTime: set the flag and maxTimestamp, then recompute the CRC.
+def log_append_time_header(batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> bytearray:
+    """The batch's 61-byte header switched to LogAppendTime: the flag and maxTimestamp set and
+    the CRC recomputed over the new header bytes and the unchanged records (no copy of them).
 
-    Kafka keeps each record's delta untouched; readers take every record's timestamp
-    from maxTimestamp when the flag is set.
+    Kafka keeps each record's delta untouched; readers take every record's timestamp from
+    maxTimestamp when the flag is set. ``header`` is updated to match.
     """
+    view = memoryview(batch)
+    head = bytearray(view[:BATCH_HEADER_SIZE])
     attributes = header.attributes | TIMESTAMP_TYPE_LOG_APPEND
-    _ATTRIBUTES_AND_MAX_TS[0].pack_into(batch, OFFSET_ATTRIBUTES, attributes)
-    _ATTRIBUTES_AND_MAX_TS[1].pack_into(batch, OFFSET_MAX_TIMESTAMP, now_ms)
-    crc = crc32c.crc32c(memoryview(batch)[OFFSET_ATTRIBUTES:header.size])
-    _CRC.pack_into(batch, OFFSET_CRC, crc)
+    _ATTRIBUTES_AND_MAX_TS[0].pack_into(head, OFFSET_ATTRIBUTES, attributes)
+    _ATTRIBUTES_AND_MAX_TS[1].pack_into(head, OFFSET_MAX_TIMESTAMP, now_ms)
+    crc = crc32c.crc32c(view[BATCH_HEADER_SIZE:header.size], crc32c.crc32c(memoryview(head)[OFFSET_ATTRIBUTES:]))
+    _CRC.pack_into(head, OFFSET_CRC, crc)
     header.attributes = attributes
     header.max_timestamp = now_ms
     header.crc = crc
+    return head
+
+
+def stamp_log_append_time(batch: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
+    """Switch a batch to LogAppendTime in place (see log_append_time_header)."""
+    memoryview(batch)[:BATCH_HEADER_SIZE] = log_append_time_header(batch, header, now_ms)

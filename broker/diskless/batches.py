@@ -1,0 +1,35 @@
+"""Partition-log entries back into the Kafka batches they stand for.
+
+A RECORDS entry is the batch itself. A COORDINATES entry is the batch's authoritative 61-byte
+header (offsets, leader epoch, any LogAppendTime stamp as committed) plus where the bytes are;
+its batch is that header followed by the WAL object's bytes after the first 61. All
+COORDINATES entries of one call are read together, so batches of one WAL object share
+coalesced GETs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..log import EntryKind, LogEntry
+from ..protocol.batch import BATCH_HEADER_SIZE
+from .coordinates import decode_ref
+from .reader import WalReader
+
+Pieces = list[memoryview | bytes]  # a batch as buffers to concatenate
+
+
+async def batch_pieces(reader: WalReader, entries: Sequence[LogEntry]) -> list[Pieces]:
+    """One list of buffers per entry (empty for kinds that are not batches), in order.
+    Raises the reader's errors (ObjectStoreError, WalReadError)."""
+    refs = [decode_ref(e.payload) for e in entries if e.kind == EntryKind.COORDINATES]
+    bodies = iter(await reader.read(refs)) if refs else iter(())
+    pieces: list[Pieces] = []
+    for entry in entries:
+        if entry.kind == EntryKind.RECORDS:
+            pieces.append([entry.data])
+        elif entry.kind == EntryKind.COORDINATES:
+            pieces.append([entry.data[:BATCH_HEADER_SIZE], next(bodies)[BATCH_HEADER_SIZE:]])
+        else:
+            pieces.append([])
+    return pieces

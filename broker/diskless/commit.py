@@ -1,0 +1,111 @@
+"""Commits: "append these batches, found at these coordinates, to your partition log".
+
+A produce representative sends one CommitRequest per leader broker per WAL object, after the
+object is uploaded; the leader checks producer state, assigns offsets and appends COORDINATES
+entries (DESIGN "Data flow"). These msgspec structs are the messages the inter-broker RPC
+carries; on one broker the call is local (`LocalCommitter`). Versioned: a leader rejects a
+version it does not know.
+
+Invariant 4 (DESIGN): a leader refuses commits of objects older than `wal.commit.deadline.ms`,
+so the WAL file manager may delete an uncommitted object once deadline + grace has passed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
+
+from walfiles.keys import parse_wal_id
+
+from ..protocol.errors import ApiError, ErrorCode
+from .coordinates import make_ref
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..replica_manager import ReplicaManager
+    from ..topics import TopicCatalog
+
+COMMIT_VERSION = 1
+
+
+class CommitBatch(msgspec.Struct, array_like=True, frozen=True):
+    header: bytes  # the batch's 61-byte header (LogAppendTime already stamped by the representative)
+    offset: int  # byte offset of the batch in the WAL object
+    length: int
+
+
+class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
+    """One partition's batches of one produce request: committed all or nothing, like Kafka."""
+
+    topic_id: uuid.UUID
+    partition: int
+    acks: int
+    batches: list[CommitBatch]
+
+
+class CommitRequest(msgspec.Struct, array_like=True, frozen=True):
+    version: int
+    object_id: str
+    partitions: list[CommitPartition]  # in arrival order; a partition may appear more than once
+
+
+class CommitResult(msgspec.Struct, array_like=True, frozen=True):
+    error_code: int
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+
+
+class CommitResponse(msgspec.Struct, array_like=True, frozen=True):
+    version: int
+    results: list[CommitResult]  # one per CommitRequest.partitions entry, same order
+
+
+class Committer(Protocol):
+    async def commit(self, request: CommitRequest) -> CommitResponse: ...
+
+
+def failed(exc: ApiError) -> CommitResult:
+    return CommitResult(int(exc.code), exc.message)
+
+
+class LocalCommitter:
+    """The leader side: applies commits to partitions this broker leads."""
+
+    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", clock: "Clock",
+                 deadline_ms: int) -> None:
+        self._catalog = catalog
+        self._replicas = replicas
+        self._clock = clock
+        self._deadline_ms = deadline_ms
+
+    async def commit(self, request: CommitRequest) -> CommitResponse:
+        return self.apply(request)
+
+    def apply(self, request: CommitRequest) -> CommitResponse:
+        if request.version != COMMIT_VERSION:
+            error = ApiError(ErrorCode.UNSUPPORTED_VERSION, f"commit version {request.version} is not supported")
+            return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
+        created_ms = parse_wal_id(request.object_id)[0]
+        age_ms = self._clock.now_ms() - created_ms
+        if age_ms > self._deadline_ms:
+            error = ApiError(ErrorCode.REQUEST_TIMED_OUT,
+                             f"WAL object {request.object_id} is {age_ms} ms old, past wal.commit.deadline.ms="
+                             f"{self._deadline_ms}: not committed, retry the produce")
+            return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
+        return CommitResponse(COMMIT_VERSION, [self._apply_partition(request.object_id, p) for p in request.partitions])
+
+    def _apply_partition(self, object_id: str, part: CommitPartition) -> CommitResult:
+        try:
+            topic = self._catalog.by_id(part.topic_id)
+            if topic is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {part.topic_id}")
+            partition = self._replicas.get(topic.name, part.partition)
+            outcome = partition.append_coordinates(
+                [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks)
+        except ApiError as exc:
+            return failed(exc)
+        return CommitResult(0, None, outcome.base_offset, outcome.log_append_time_ms, outcome.log_start_offset)

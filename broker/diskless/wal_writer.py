@@ -1,0 +1,215 @@
+"""The WAL writer: one broker's shared buffer of diskless batches, in stages (STYLE 7).
+
+    open buffer --seal--> upload (concurrent) --> commit (in seal order) --> answer producers
+
+Produce requests for diskless partitions are validated by the handler and handed over with
+`submit`, which appends their batches, unmodified, to the open buffer (a WalObjectBuilder
+holding references, no copy) and returns one future per partition. The buffer is sealed when
+it reaches `wal.buffer.max.bytes` or `wal.linger.ms` after its first batch, and uploaded as one
+WAL object with one PUT, however many partitions and producers are in it. Uploads of
+successive objects overlap; their commits are sent strictly in seal order, so per-partition
+(and per-producer) order is the arrival order. Offsets are assigned by the leader at commit.
+
+Failure: an object whose upload fails (after the store's retries) fails every slot in it with
+KAFKA_STORAGE_ERROR (retriable) and commits nothing. A commit error fails only its partitions.
+
+Backpressure (`wal.max.inflight.bytes`): bytes from admission until their object's commit
+answers are counted; a submit that would pass the bound waits in a FIFO queue (and seals the
+open buffer so uploads make progress). Waiting requests are admitted, and their batches
+appended, in arrival order, so queuing never reorders a producer's batches. Producers see
+slower answers; their own in-flight limits stop them sending more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from walfiles.format import WalObjectBuilder
+from walfiles.keys import WalKey, WalKeyAllocator
+
+from ..objectstore import ObjectWriter
+from ..protocol.errors import ApiError, ErrorCode
+from .commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest, CommitResult, Committer, failed
+
+if TYPE_CHECKING:
+    from ..metrics import BrokerMetrics
+    from .cache import ObjectCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's validated batches of one produce request."""
+
+    topic_id: uuid.UUID
+    partition: int
+    acks: int
+    batches: list[tuple[memoryview, bytes]]  # (the batch as the producer sent it, the header to commit)
+
+    @property
+    def size(self) -> int:
+        return sum(len(batch) for batch, _head in self.batches)
+
+
+@dataclass(slots=True)
+class _Slot:
+    part: CommitPartition
+    future: asyncio.Future[CommitResult]
+
+
+@dataclass(slots=True)
+class _OpenObject:
+    builder: WalObjectBuilder
+    slots: list[_Slot] = field(default_factory=list)
+    reserved: int = 0
+    linger: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class _Waiting:
+    appends: list[PartitionAppend]
+    futures: list[asyncio.Future[CommitResult]]
+    size: int
+
+
+class WalWriter:
+    def __init__(self, store: ObjectWriter, keys: WalKeyAllocator, committer: Committer,
+                 cache: "ObjectCache | None", metrics: "BrokerMetrics", *, buffer_max_bytes: int,
+                 linger_ms: int, max_inflight_bytes: int) -> None:
+        self._store = store
+        self._keys = keys
+        self._committer = committer
+        self._cache = cache
+        self._metrics = metrics
+        self._buffer_max_bytes = buffer_max_bytes
+        self._linger_s = linger_ms / 1000
+        self._max_inflight_bytes = max_inflight_bytes
+        self._open: _OpenObject | None = None
+        self._inflight_bytes = 0
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._last_ship: asyncio.Task[None] | None = None
+        self._ships: set[asyncio.Task[None]] = set()
+
+    @property
+    def inflight_bytes(self) -> int:
+        return self._inflight_bytes
+
+    def submit(self, appends: list[PartitionAppend]) -> list[asyncio.Future[CommitResult]]:
+        """Buffer the batches of one produce request; one future per partition, resolved with
+        the leader's answer. Never reorders: a request queued by backpressure holds back
+        every later one."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in appends]
+        size = sum(a.size for a in appends)
+        if not self._waiting and (self._inflight_bytes == 0
+                                  or self._inflight_bytes + size <= self._max_inflight_bytes):
+            self._admit(appends, futures, size)
+        else:
+            self._waiting.append(_Waiting(appends, futures, size))
+            self._metrics.wal_backpressure_waits.inc()
+            self._seal("backpressure")
+        return futures
+
+    async def close(self) -> None:
+        """Seal what is buffered and wait until every object is committed or failed."""
+        self._seal("shutdown")
+        while self._ships:
+            await asyncio.gather(*list(self._ships), return_exceptions=True)
+
+    # -- stages ----------------------------------------------------------------------------
+    def _admit(self, appends: list[PartitionAppend], futures: list[asyncio.Future[CommitResult]],
+               size: int) -> None:
+        self._inflight_bytes += size
+        self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
+        for append, future in zip(appends, futures):
+            obj = self._open
+            if obj is not None and obj.builder.batch_count and obj.builder.size + append.size > self._buffer_max_bytes:
+                self._seal("size")
+                obj = None
+            if obj is None:
+                obj = self._open = _OpenObject(WalObjectBuilder())
+                obj.linger = asyncio.get_running_loop().call_later(self._linger_s, self._seal_on_linger, obj)
+            commit_batches = []
+            for batch, head in append.batches:
+                where = obj.builder.append(append.topic_id, append.partition, batch)
+                commit_batches.append(CommitBatch(head, where.offset, where.length))
+            obj.slots.append(_Slot(CommitPartition(append.topic_id, append.partition, append.acks, commit_batches),
+                                   future))
+            obj.reserved += append.size
+            if obj.builder.size >= self._buffer_max_bytes:
+                self._seal("size")
+        self._metrics.wal_buffer_bytes.set(self._open.builder.size if self._open else 0)
+
+    def _seal_on_linger(self, obj: _OpenObject) -> None:
+        if self._open is obj:
+            self._seal("linger")
+
+    def _seal(self, reason: str) -> None:
+        obj = self._open
+        if obj is None:
+            return
+        self._open = None
+        if obj.linger is not None:
+            obj.linger.cancel()
+        self._metrics.wal_buffer_bytes.set(0)
+        self._metrics.wal_seals.labels(reason).inc()
+        ship = asyncio.get_running_loop().create_task(self._ship(obj, self._keys.next(), self._last_ship))
+        self._last_ship = ship
+        self._ships.add(ship)
+        ship.add_done_callback(self._ships.discard)
+
+    async def _ship(self, obj: _OpenObject, key: WalKey, previous: asyncio.Task[None] | None) -> None:
+        """Upload, then commit after the previous object's commit: one PUT, one commit per leader."""
+        metrics = self._metrics
+        try:
+            data = b"".join(obj.builder.buffers())
+            metrics.wal_object_bytes.observe(len(data))
+            started = time.perf_counter()
+            try:
+                await self._store.put(key.format(), data)
+            except Exception as exc:  # ObjectStoreError after retries, or anything unexpected
+                log.warning("WAL object %s (%d bytes, %d partitions) failed to upload: %s",
+                            key.object_id, len(data), len(obj.slots), exc)
+                metrics.wal_objects.labels("upload_failed").inc()
+                self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                         f"WAL object upload failed, nothing was committed: {exc}"))
+                return
+            metrics.wal_upload_seconds.observe(time.perf_counter() - started)
+            if self._cache is not None:
+                self._cache.put_object(key.object_id, data)
+            if previous is not None:
+                await asyncio.wait((previous,))  # commits go in seal order; _ship never raises
+            started = time.perf_counter()
+            response = await self._committer.commit(
+                CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots]))
+            metrics.wal_commit_seconds.observe(time.perf_counter() - started)
+            metrics.wal_objects.labels("committed").inc()
+            for slot, result in zip(obj.slots, response.results):
+                if not slot.future.done():
+                    slot.future.set_result(result)
+        except Exception as exc:
+            log.exception("WAL object %s: commit failed", key.object_id)
+            metrics.wal_objects.labels("commit_failed").inc()
+            self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL commit failed: {exc}"))
+        finally:
+            self._release(obj.reserved)
+
+    def _fail(self, obj: _OpenObject, error: ApiError) -> None:
+        for slot in obj.slots:
+            if not slot.future.done():
+                slot.future.set_result(failed(error))
+
+    def _release(self, size: int) -> None:
+        self._inflight_bytes -= size
+        while self._waiting and (self._inflight_bytes == 0
+                                 or self._inflight_bytes + self._waiting[0].size <= self._max_inflight_bytes):
+            waiting = self._waiting.popleft()
+            self._admit(waiting.appends, waiting.futures, waiting.size)
+        self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
