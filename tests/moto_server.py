@@ -1,9 +1,9 @@
-"""Contract-test fixtures: a moto S3 server on loopback for the whole session.
+"""A moto S3 server on loopback, for tests and benchmarks (`start_moto` / `stop_process`).
 
 moto's server mode is started as a subprocess on a free 127.0.0.1 port, polled until it
-answers (bounded), given a bucket, and killed by its PID at the end. Fake AWS credentials
-are put in the environment, and the shared config files are pointed at /dev/null, so the
-S3 store's normal credential chain finds them and nothing on the machine leaks in.
+answers (bounded), given a bucket, and killed by its PID at the end. `FAKE_AWS_ENV` holds fake
+credentials and points the shared config files at /dev/null, so the S3 store's normal
+credential chain finds them and nothing on the machine leaks in.
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
-
-import pytest
 
 BUCKET = "shoal-contract"
 START_TIMEOUT_S = 30.0
@@ -62,7 +59,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.kill(process.pid, signal.SIGTERM)
         try:
@@ -72,20 +69,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=5)
 
 
-@pytest.fixture(scope="session")
-def aws_env() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in FAKE_AWS_ENV.items():
-            patch.setenv(name, value)
-        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            patch.delenv(name, raising=False)
-        yield
-
-
-@pytest.fixture(scope="session")
-def moto_server(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install -e '.[test]')")
-    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+def start_moto(log_path: str | os.PathLike[str], bucket: str = BUCKET) -> tuple[subprocess.Popen[bytes], MotoServer]:
+    """Start moto's server with `bucket` created; raise RuntimeError (with the log tail) if it
+    does not answer within START_TIMEOUT_S. The caller stops it with `stop_process`."""
     for _ in range(3):  # the free port can be taken between probing and binding
         port = _free_port()
         with open(log_path, "ab") as log:
@@ -102,13 +88,15 @@ def moto_server(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
             time.sleep(0.1)
         if process.poll() is None and _answers(f"http://127.0.0.1:{port}/moto-api/"):
             break
-        _stop(process)
+        stop_process(process)
     else:
-        pytest.fail(f"moto server did not start; log: {log_path.read_text(errors='replace')[-2000:]}")
+        with open(log_path, errors="replace") as log:
+            raise RuntimeError(f"moto server did not start; log: {log.read()[-2000:]}")
     try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/{BUCKET}", method="PUT")
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/{bucket}", method="PUT")
         with urllib.request.urlopen(request, timeout=10):
             pass
-        yield MotoServer("127.0.0.1", port, BUCKET)
-    finally:
-        _stop(process)
+    except BaseException:
+        stop_process(process)
+        raise
+    return process, MotoServer("127.0.0.1", port, bucket)
