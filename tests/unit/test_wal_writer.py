@@ -1,0 +1,258 @@
+"""The diskless write path over real partitions and the in-memory object store: shared objects,
+seal by linger and by size, commits in seal order, upload failure, backpressure, the commit
+deadline, idempotent retries across objects, and reading the batches back."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch
+
+from broker.clock import ManualClock
+from broker.config import load_config
+from broker.diskless.batches import batch_pieces
+from broker.diskless.cache import ObjectCache
+from broker.diskless.commit import CommitRequest, LocalCommitter
+from broker.diskless.reader import WalReader
+from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.log import EntryKind
+from broker.metrics import BrokerMetrics
+from broker.objectstore import MemoryObjectStore, ObjectStoreUnavailable
+from broker.partition import Partition
+from broker.protocol.batch import crc_is_valid, parse_header
+from broker.protocol.errors import ErrorCode
+from broker.topic_config import effective
+from tests.unit.test_partition import CLOCK_START, batch
+from walfiles.format import read_object
+from walfiles.keys import WalKeyAllocator, wal_prefix
+
+TOPIC_ID = uuid.UUID(int=42)
+CLUSTER = "test-cluster"
+
+
+class Lookup:
+    """The catalog and replica lookups the committer needs, over a dict of real partitions."""
+
+    def __init__(self, partitions: dict[int, Partition]) -> None:
+        self.partitions = partitions
+        self.name = "t"
+
+    def by_id(self, topic_id: uuid.UUID):  # type: ignore[no-untyped-def]
+        return self if topic_id == TOPIC_ID else None
+
+    def get(self, name: str, index: int) -> Partition:
+        return self.partitions[index]
+
+
+class Rig:
+    def __init__(self, tmp_path: Path, store: MemoryObjectStore, partitions: int = 3, **overrides: object) -> None:
+        self.clock = ManualClock(CLOCK_START)
+        self.settings = effective({"diskless.enable": "true", **{k: str(v) for k, v in overrides.items()
+                                                                 if "." in k and not k.startswith("wal")}},
+                                  load_config(environ={}))
+        self.partitions = {i: Partition.open("t", i, tmp_path / f"t-{i}", self.settings, self.clock, 86_400_000,
+                                             on_append=lambda p: None) for i in range(partitions)}
+        lookup = Lookup(self.partitions)
+        self.committer = LocalCommitter(lookup, lookup, self.clock, deadline_ms=60_000)  # type: ignore[arg-type]
+        self.store = store
+        self.cache = ObjectCache(1 << 30)
+        self.metrics = BrokerMetrics()
+        self.writer = WalWriter(store, WalKeyAllocator("", CLUSTER, 0, self.clock.now_ms), self.committer,
+                                self.cache, self.metrics,
+                                buffer_max_bytes=int(overrides.get("wal_buffer_max_bytes", 8 << 20)),
+                                linger_ms=int(overrides.get("wal_linger_ms", 20)),
+                                max_inflight_bytes=int(overrides.get("wal_max_inflight_bytes", 64 << 20)))
+        self.reader = WalReader(store, lambda oid: wal_prefix("", CLUSTER) + oid, ObjectCache(0))
+
+    def append(self, index: int, *batches: memoryview, acks: int = -1) -> PartitionAppend:
+        records = memoryview(b"".join(batches))
+        return PartitionAppend(TOPIC_ID, index, acks, self.partitions[index].prepare_diskless(records, acks))
+
+    async def read_back(self, index: int) -> list[bytes]:
+        log = self.partitions[index].log
+        entries = log.read(log.log_start_offset, 1 << 30, log.high_watermark)
+        assert all(e.kind == EntryKind.COORDINATES for e in entries)
+        return [b"".join(p) for p in await batch_pieces(self.reader, entries)]
+
+
+def sequence_batches(producer_id: int, n: int, count: int = 2) -> list[memoryview]:
+    return [batch(seq * count, count=count, producer_id=producer_id) for seq in range(n)]
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_many_partitions_and_producers_share_one_object(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        rig = Rig(tmp_path, store)
+        sent = {i: sequence_batches(100 + i, 4) for i in range(3)}
+        futures = []
+        for seq in range(4):  # interleaved produce requests, each covering all partitions
+            futures += rig.writer.submit([rig.append(i, sent[i][seq]) for i in range(3)])
+        results = await asyncio.gather(*futures)
+        assert [r.error_code for r in results] == [0] * 12
+        assert len(store.keys()) == 1, "one PUT for the whole linger window"
+        index, _data = read_object(await store.get(store.keys()[0]))
+        assert index.batch_count == 12
+        for i in range(3):
+            assert [r.base_offset for r in results[i::3]] == [0, 2, 4, 6]
+            served = await rig.read_back(i)
+            for offset, (original, got) in enumerate(zip(sent[i], served)):
+                assert got[61:] == bytes(original[61:]), "record bytes unmodified"
+                header = parse_header(got)
+                assert header.base_offset == offset * 2 and crc_is_valid(memoryview(got), header)
+                assert [r.offset for r in DefaultRecordBatch(got)] == [offset * 2, offset * 2 + 1]
+    run(scenario())
+
+
+def test_size_seal_and_commits_in_seal_order_even_when_uploads_finish_out_of_order(tmp_path: Path) -> None:
+    class SlowFirstStore(MemoryObjectStore):
+        """Earlier PUTs take longer, so later objects finish uploading first."""
+        delays = [0.15, 0.10, 0.05, 0.0]
+
+        async def put(self, key: str, data: bytes) -> None:
+            await asyncio.sleep(self.delays.pop(0) if self.delays else 0)
+            await super().put(key, data)
+
+    async def scenario() -> None:
+        store = SlowFirstStore()
+        one = len(batch(0))
+        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=2 * one + 8, wal_linger_ms=10_000)
+        batches = sequence_batches(7, 8)
+        futures = [f for b in batches for f in rig.writer.submit([rig.append(0, b)])]
+        results = await asyncio.gather(*futures)
+        assert [r.base_offset for r in results] == list(range(0, 16, 2)), "offsets follow arrival order"
+        assert len(store.keys()) == 4 and rig.metrics.wal_seals.labels("size")._value.get() == 4
+        assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:]) for b in batches]
+    run(scenario())
+
+
+def test_upload_failure_fails_every_batch_and_commits_nothing(tmp_path: Path) -> None:
+    class FailingOnce(MemoryObjectStore):
+        failed = False
+
+        async def put(self, key: str, data: bytes) -> None:
+            if not self.failed:
+                self.failed = True
+                raise ObjectStoreUnavailable("503 SlowDown, retries exhausted")
+            await super().put(key, data)
+
+    async def scenario() -> None:
+        store = FailingOnce()
+        rig = Rig(tmp_path, store)
+        first = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=i)) for i in range(3)]))
+        assert {r.error_code for r in first} == {ErrorCode.KAFKA_STORAGE_ERROR}
+        assert all(p.log.log_end_offset == 0 for p in rig.partitions.values())
+        assert rig.metrics.wal_objects.labels("upload_failed")._value.get() == 1
+        # the producers retry the same batches: committed once, at offset 0
+        retry = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=i)) for i in range(3)]))
+        assert [(r.error_code, r.base_offset) for r in retry] == [(0, 0)] * 3
+        assert rig.writer.inflight_bytes == 0
+    run(scenario())
+
+
+def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(tmp_path: Path) -> None:
+    class GatedStore(MemoryObjectStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+
+        async def put(self, key: str, data: bytes) -> None:
+            await self.gate.wait()
+            await super().put(key, data)
+
+    async def scenario() -> None:
+        store = GatedStore()
+        one = len(batch(0))
+        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024,
+                  wal_linger_ms=5)
+        batches = sequence_batches(9, 6 * 1024 // one)
+        futures = [f for b in batches for f in rig.writer.submit([rig.append(0, b)])]
+        await asyncio.sleep(0.05)
+        assert rig.writer.inflight_bytes <= 1024, "admitted bytes never pass wal.max.inflight.bytes"
+        assert rig.metrics.wal_backpressure_waits._value.get() > 0
+        assert not any(f.done() for f in futures)
+        store.gate.set()
+        results = await asyncio.gather(*futures)
+        assert [r.base_offset for r in results] == list(range(0, 2 * len(batches), 2))
+        assert rig.writer.inflight_bytes == 0
+    run(scenario())
+
+
+def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore())
+        stale_key = WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - 60_001).next()
+        append = rig.append(0, batch(0))
+        from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
+        part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches])
+        response = await rig.committer.commit(CommitRequest(COMMIT_VERSION, stale_key.object_id, [part]))
+        assert response.results[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+        assert rig.partitions[0].log.log_end_offset == 0
+    run(scenario())
+
+
+def test_retried_idempotent_batch_in_a_new_object_answers_its_original_offset(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        rig = Rig(tmp_path, store)
+        b = batch(0, producer_id=5)
+        [first] = await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))
+        [again] = await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))
+        assert (first.base_offset, again.base_offset) == (0, 0)
+        assert rig.partitions[0].log.log_end_offset == 2, "committed at most once"
+        assert len(store.keys()) == 2, "the duplicate's bytes were uploaded; nothing references them"
+        [out_of_order] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(10, producer_id=5))]))
+        assert out_of_order.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    run(scenario())
+
+
+def test_log_append_time_is_stamped_in_the_committed_header(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), **{"message.timestamp.type": "LogAppendTime"})
+        rig.clock.advance(5_000)
+        original = batch(0)
+        [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, original)]))
+        assert result.log_append_time_ms == CLOCK_START + 5_000
+        [served] = await rig.read_back(0)
+        header = parse_header(served)
+        assert header.max_timestamp == CLOCK_START + 5_000 and crc_is_valid(memoryview(served), header)
+        assert [r.timestamp for r in DefaultRecordBatch(served)] == [CLOCK_START + 5_000] * 2
+        stored = await rig.store.get(rig.store.keys()[0])
+        assert bytes(original) in stored, "the WAL object keeps the producer's bytes"
+    run(scenario())
+
+
+def test_retention_bytes_and_delete_records_count_the_referenced_batches(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        batches = sequence_batches(3, 10, count=30)  # ~600-byte batches, ~130-byte entries
+        one = len(batches[0])
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1,
+                  **{"segment.bytes": str(2 * one), "retention.bytes": str(4 * one)})
+        for b in batches:
+            await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))
+        log = rig.partitions[0].log
+        assert len(log.segment_base_offsets) >= 5, "segments roll by batch bytes, not entry bytes"
+        assert log.size_bytes == 10 * one
+        log.enforce_retention(rig.clock.now_ms())
+        assert 4 * one <= log.size_bytes < 6 * one
+        assert log.log_start_offset > 0
+        log.delete_records_before(8 * 30)
+        assert log.log_start_offset == 8 * 30
+        assert len(await rig.read_back(0)) == 2
+    run(scenario())
+
+
+@pytest.mark.parametrize("acks", [0, 1])
+def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore())
+        [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(0), acks=acks)]))
+        assert result.error_code == 0 and rig.partitions[0].log.high_watermark == 2
+        await rig.writer.close()
+    run(scenario())
