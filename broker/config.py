@@ -101,6 +101,12 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
                               f"not {self.log_message_timestamp_type!r}")
         if self.metadata != "local:" and not self.metadata.startswith("etcd://"):
             raise ConfigError(f"metadata must be local: or etcd://host:port/prefix, got {self.metadata!r}")
+        if self.object_store is not None:
+            from .objectstore import object_store_scheme  # late: keeps config free of store imports at load
+            try:
+                object_store_scheme(self.object_store)
+            except ValueError as exc:
+                raise ConfigError(f"object.store: {exc}") from None
         if self.wal_max_inflight_bytes < self.wal_buffer_max_bytes:
             raise ConfigError(f"wal.max.inflight.bytes ({self.wal_max_inflight_bytes}) must be at least "
                               f"wal.buffer.max.bytes ({self.wal_buffer_max_bytes})")

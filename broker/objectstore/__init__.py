@@ -51,6 +51,7 @@ __all__ = [
     "ObjectWriter",
     "RequestObserver",
     "RetryPolicy",
+    "object_store_scheme",
     "open_object_store",
     "validate_key",
 ]
@@ -73,36 +74,48 @@ def open_object_store(
     (requests in flight per store); `on_request` receives every request attempt;
     `retry` applies to S3 (the other stores do not fail transiently); `s3_options` go to
     S3ObjectStore (timeouts, page sizes, session). Raises ValueError for a bad URL."""
+    scheme = object_store_scheme(url)
+    if scheme != "s3" and s3_options:
+        raise ValueError(f"options {sorted(s3_options)} apply to s3:// URLs only")
+    if scheme == "memory":
+        return MemoryObjectStore(clock=clock, on_request=on_request)
+    if scheme == "file":
+        return LocalObjectStore(_parse_file_url(url), max_concurrency=max_concurrency, on_request=on_request)
+    from broker.objectstore.s3 import S3ObjectStore
+
+    bucket, prefix, options = parse_s3_url(url)
+    return S3ObjectStore(
+        bucket,
+        prefix,
+        max_concurrency=max_concurrency,
+        on_request=on_request,
+        retry=retry,
+        **options,
+        **s3_options,
+    )
+
+
+def object_store_scheme(url: str) -> str:
+    """Check `url` as `open_object_store` would, without opening anything; return its scheme.
+    Raises ValueError with a message for the operator (config validation uses this)."""
     if not isinstance(url, str) or not url:
         raise ValueError("object store URL must be a non-empty string, e.g. file:///var/lib/shoal/objects")
     scheme, sep, _ = url.partition(":")
     scheme = scheme.lower()
     if not sep:
         raise ValueError(f"object store URL {url!r} has no scheme: use file:///dir, s3://bucket/prefix or memory://")
-    if scheme != "s3" and s3_options:
-        raise ValueError(f"options {sorted(s3_options)} apply to s3:// URLs only")
     if scheme == "memory":
         if url.lower() not in ("memory:", "memory://"):
             raise ValueError(f"object store URL {url!r}: a memory store takes no path or options, use memory://")
-        return MemoryObjectStore(clock=clock, on_request=on_request)
-    if scheme == "file":
-        return LocalObjectStore(_parse_file_url(url), max_concurrency=max_concurrency, on_request=on_request)
-    if scheme == "s3":
-        from broker.objectstore.s3 import S3ObjectStore
-
-        bucket, prefix, options = parse_s3_url(url)
-        return S3ObjectStore(
-            bucket,
-            prefix,
-            max_concurrency=max_concurrency,
-            on_request=on_request,
-            retry=retry,
-            **options,
-            **s3_options,
+    elif scheme == "file":
+        _parse_file_url(url)
+    elif scheme == "s3":
+        parse_s3_url(url)
+    else:
+        raise ValueError(
+            f"object store URL {url!r}: unknown scheme {scheme!r}; use file:///dir, s3://bucket/prefix or memory://"
         )
-    raise ValueError(
-        f"object store URL {url!r}: unknown scheme {scheme!r}; use file:///dir, s3://bucket/prefix or memory://"
-    )
+    return scheme
 
 
 def _parse_file_url(url: str) -> str:

@@ -19,6 +19,10 @@ pytestmark = pytest.mark.integration
     (["--set", "no.such.key=1"], "no.such.key"),
     (["--listen", "localhost"], "listen"),
     (["--metadata", "zookeeper://x"], "metadata"),
+    (["--object-store", "s3://Bad_Bucket/x"], "object.store"),
+    (["--object-store", "ftp://host/dir"], "object.store"),
+    (["--set", "wal.buffer.max.bytes=134217728"], "wal.max.inflight.bytes"),
+    (["--set", "diskless.default=maybe"], "diskless.default"),
 ])
 def test_bad_config_exits_2_naming_the_key(tmp_path, args: list[str], key: str) -> None:
     result = subprocess.run([*broker_command(), "broker", "--data-dir", str(tmp_path), *args],
