@@ -256,3 +256,26 @@ def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
         assert result.error_code == 0 and rig.partitions[0].log.high_watermark == 2
         await rig.writer.close()
     run(scenario())
+
+
+def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_commits_once(tmp_path: Path) -> None:
+    class NeverAnswers:
+        async def commit(self, request: CommitRequest):  # type: ignore[no-untyped-def]
+            await asyncio.Event().wait()  # the broker dies before the leader is asked
+
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        rig = Rig(tmp_path, store)
+        dying = WalWriter(store, WalKeyAllocator("", CLUSTER, 0, rig.clock.now_ms, first_sequence=100),
+                          NeverAnswers(), None, rig.metrics, buffer_max_bytes=8 << 20, linger_ms=1,
+                          max_inflight_bytes=64 << 20)
+        b = batch(0, producer_id=11)
+        [lost] = dying.submit([rig.append(0, b)])
+        while not store.keys():
+            await asyncio.sleep(0.005)
+        assert not lost.done() and rig.partitions[0].log.log_end_offset == 0, "uploaded, not committed"
+        [retry] = await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))  # the producer retries
+        assert (retry.error_code, retry.base_offset) == (0, 0)
+        assert len(store.keys()) == 2 and rig.partitions[0].log.log_end_offset == 2
+        assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:])], "visible exactly once"
+    run(scenario())
