@@ -131,8 +131,8 @@ class TopicCatalog:
         """Validate a replacement of the topic's overrides; the mode may not change."""
         topic = self._require(name)
         clean = validate_overrides(overrides)
-        clean.setdefault(DISKLESS_ENABLE, topic.configs.get(DISKLESS_ENABLE, "false"))
-        if clean[DISKLESS_ENABLE] != topic.configs.get(DISKLESS_ENABLE, "false"):
+        clean.setdefault(DISKLESS_ENABLE, topic.configs[DISKLESS_ENABLE])
+        if clean[DISKLESS_ENABLE] != topic.configs[DISKLESS_ENABLE]:
             raise ApiError(ErrorCode.INVALID_CONFIG,
                            f"{DISKLESS_ENABLE} is set when a topic is created; switching the mode of "
                            f"topic {name} online is not supported yet")
@@ -158,8 +158,10 @@ class TopicCatalog:
         return updated
 
     def _from_record(self, record: records.TopicRecord) -> Topic:
-        return Topic(record.name, uuid.UUID(record.topic_id), record.partitions, dict(record.configs),
-                     effective(record.configs, self.broker), record.internal)
+        configs = dict(record.configs)
+        configs.setdefault(DISKLESS_ENABLE, "false")  # written before diskless topics existed: classic
+        return Topic(record.name, uuid.UUID(record.topic_id), record.partitions, configs,
+                     effective(configs, self.broker), record.internal)
 
     def _cache(self, topic: Topic) -> None:
         self._by_name[topic.name] = topic
