@@ -118,9 +118,10 @@ class WalWriter:
         return futures
 
     async def close(self) -> None:
-        """Seal what is buffered and wait until every object is committed or failed."""
-        self._seal("shutdown")
-        while self._ships:
+        """Seal what is buffered and wait until every object is committed or failed (requests
+        waiting for backpressure are admitted as objects finish, and shipped too)."""
+        while self._open is not None or self._ships:
+            self._seal("shutdown")
             await asyncio.gather(*list(self._ships), return_exceptions=True)
 
     # -- stages ----------------------------------------------------------------------------

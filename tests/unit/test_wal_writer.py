@@ -279,3 +279,15 @@ def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_co
         assert len(store.keys()) == 2 and rig.partitions[0].log.log_end_offset == 2
         assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:])], "visible exactly once"
     run(scenario())
+
+
+def test_close_ships_everything_including_requests_waiting_for_backpressure(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024,
+                  wal_linger_ms=60_000)
+        futures = [f for b in sequence_batches(4, 40) for f in rig.writer.submit([rig.append(0, b)])]
+        await rig.writer.close()
+        assert all(f.done() and f.result().error_code == 0 for f in futures)
+        assert rig.partitions[0].log.log_end_offset == 80
+    run(scenario())
