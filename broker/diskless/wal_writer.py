@@ -5,7 +5,8 @@
 Produce requests for diskless partitions are validated by the handler and handed over with
 `submit`, which appends their batches, unmodified, to the open buffer (a WalObjectBuilder
 holding references, no copy) and returns one future per partition. The buffer is sealed when
-it reaches `wal.buffer.max.bytes` or `wal.linger.ms` after its first batch, and uploaded as one
+it reaches `wal.buffer.max.bytes` (so objects are at least that big at full load, at most one
+request's partition data more) or `wal.linger.ms` after its first batch, and uploaded as one
 WAL object with one PUT, however many partitions and producers are in it. Uploads of
 successive objects overlap; their commits are sent strictly in seal order, so per-partition
 (and per-producer) order is the arrival order. Offsets are assigned by the leader at commit.
@@ -131,9 +132,6 @@ class WalWriter:
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
         for append, future in zip(appends, futures):
             obj = self._open
-            if obj is not None and obj.builder.batch_count and obj.builder.size + append.size > self._buffer_max_bytes:
-                self._seal("size")
-                obj = None
             if obj is None:
                 obj = self._open = _OpenObject(WalObjectBuilder())
                 obj.linger = asyncio.get_running_loop().call_later(self._linger_s, self._seal_on_linger, obj)

@@ -122,7 +122,7 @@ def test_size_seal_and_commits_in_seal_order_even_when_uploads_finish_out_of_ord
     async def scenario() -> None:
         store = SlowFirstStore()
         one = len(batch(0))
-        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=2 * one + 8, wal_linger_ms=10_000)
+        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=2 * one, wal_linger_ms=10_000)
         batches = sequence_batches(7, 8)
         futures = [f for b in batches for f in rig.writer.submit([rig.append(0, b)])]
         results = await asyncio.gather(*futures)
