@@ -25,14 +25,16 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/shoal broker
 
-## Install everything and run the whole suite (unit, protocol, integration).
+## Install everything (etcd-server from Debian's packages when missing) and run the whole suite.
 test: $(STAMP)
+	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/protocol
 
 test-integration: $(STAMP)
+	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q tests/integration
 
 ## Benchmarks (not part of CI): figures go to docs/benchmarks.md.

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test tier: fake AWS credentials and a moto S3 server (session)."""
+"""Fixtures shared by every test tier: fake AWS credentials, a moto S3 server and an etcd
+server (both session-scoped)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.etcd_server import EtcdServer, require_etcd_binary, start_etcd
 from tests.moto_server import FAKE_AWS_ENV, MotoServer, start_moto, stop_process
 
 
@@ -30,3 +32,19 @@ def moto_server(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield server
     finally:
         stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One etcd for the session: give each test its own key prefix. Tests that stop or
+    restart etcd start their own with `tests.etcd_server.start_etcd`. Without the etcd
+    binary this skips, except under CI=true, where it fails."""
+    require_etcd_binary()
+    try:
+        server = start_etcd(tmp_path_factory.mktemp("etcd"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -4,16 +4,38 @@ from __future__ import annotations
 
 from ..config import BrokerConfig, ConfigError
 from .local import LocalMetadataStore
-from .store import KeyValue, MetadataStore, RevisionConflict
+from .store import (
+    EventType,
+    KeyValue,
+    Lease,
+    LeaseExpired,
+    LeaseKeepAlive,
+    MetadataError,
+    MetadataStore,
+    MetadataUnavailable,
+    RevisionCompacted,
+    RevisionConflict,
+    Watch,
+    WatchEvent,
+)
 
-__all__ = ["KeyValue", "MetadataStore", "RevisionConflict", "open_store"]
+__all__ = [
+    "EventType", "KeyValue", "Lease", "LeaseExpired", "LeaseKeepAlive", "MetadataError",
+    "MetadataStore", "MetadataUnavailable", "RevisionCompacted", "RevisionConflict", "Watch",
+    "WatchEvent", "open_store",
+]
 
 
 def open_store(config: BrokerConfig) -> MetadataStore:
-    """The backend named by the `metadata` URL."""
+    """The backend named by the `metadata` URL (nothing is connected until first use)."""
     url = config.metadata
     if url == "local:":
         return LocalMetadataStore(config.data_path / "metadata" / "store.json")
     if url.startswith("etcd://"):
-        raise ConfigError("metadata: etcd:// is not available in this build yet; use local:")
+        from .etcd import EtcdMetadataStore  # late: grpc is imported only for etcd
+
+        try:
+            return EtcdMetadataStore(url)
+        except ValueError as exc:
+            raise ConfigError(f"metadata: {exc}") from None
     raise ConfigError(f"metadata must be local: or etcd://host:port/prefix, got {url!r}")
