@@ -37,10 +37,12 @@ test-integration: $(STAMP)
 	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q tests/integration
 
-## Benchmarks (not part of CI): figures go to docs/benchmarks.md.
+## Benchmarks (not part of CI): figures go to docs/benchmarks.md. The diskless one starts
+## moto and tests/s3proxy.py (20 ms per PUT, 10 ms per GET) on loopback.
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.produce_consume
 	$(BIN)/python -m tests.bench.groups
+	$(BIN)/python -m tests.bench.diskless
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

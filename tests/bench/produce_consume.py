@@ -2,6 +2,9 @@
 acks=all, then a consumer reading everything back. Prints MB/s, records/s, produce
 p50/p99, consume MB/s, broker CPU-seconds per GiB and peak RSS.
 
+The topic is classic (`diskless.enable=false`): topics are diskless by default, and the
+diskless benchmark is tests/bench/diskless.py.
+
 Not a test: no assertions, nothing runs it in CI. Record figures in docs/benchmarks.md.
 """
 
@@ -19,10 +22,10 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -45,28 +48,46 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+CLASSIC = {"diskless.enable": "false"}
+
+
 @contextlib.contextmanager
-def running_broker(name: str, topic: str, partitions: int) -> Iterator[tuple[subprocess.Popen, str, str]]:
-    """A broker in a temp data dir with one topic: (process, bootstrap, metrics URL);
-    stopped gracefully and its data removed afterwards."""
+def running_broker(name: str, topic: str, partitions: int,
+                   topic_config: Mapping[str, str] = CLASSIC) -> Iterator[tuple[subprocess.Popen, str, str]]:
+    """A broker in a temp data dir with one topic (classic unless `topic_config` says
+    otherwise): (process, bootstrap, metrics URL); stopped gracefully and its data removed
+    afterwards."""
     data_dir = tempfile.mkdtemp(prefix=f"shoal-bench-{name}-")
     proc, bootstrap, metrics_url = start_broker(data_dir)
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+        admin.create_topics([NewTopic(topic, partitions, 1, config=dict(topic_config))])[topic].result(30)
         yield proc, bootstrap, metrics_url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        stop_broker(proc)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def start_broker(data_dir: str) -> tuple[subprocess.Popen, str, str]:
-    """Start a broker; return (process, bootstrap address, metrics URL)."""
+def stop_broker(proc: subprocess.Popen) -> None:
+    """SIGTERM (graceful: the broker seals and commits what it buffered), SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def start_broker(data_dir: str, extra_args: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, str, str]:
+    """Start a broker (optional extra flags and environment variables); return (process,
+    bootstrap address, metrics URL)."""
     port, metrics = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "broker", "broker", "--listen", f"127.0.0.1:{port}",
                              "--data-dir", data_dir, "--metrics-listen", f"127.0.0.1:{metrics}",
-                             "--log-level", "WARNING"])
+                             "--log-level", "WARNING", *extra_args],
+                            env={**os.environ, **env} if env else None)
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -76,6 +97,13 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen, str, str]:
             time.sleep(0.1)
     proc.kill()
     raise SystemExit("broker did not become ready")
+
+
+def topic_config(bootstrap: str, topic: str, key: str) -> str:
+    """One config value of a topic, as DescribeConfigs reports it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return admin.describe_configs([resource])[resource].result(30)[key].value
 
 
 def produce(bootstrap: str, topic: str, records: int, size: int, rate_mib: float = 0.0) -> dict[str, float]:
@@ -151,7 +179,8 @@ def main() -> None:
         consume_s = consume(bootstrap, "bench", args.records)
         cpu2 = cpu_seconds(proc.pid)
         mib = total_gib * 1024
-        print(f"records={args.records} size={args.size}B partitions=8 acks=all idempotent producer")
+        print(f"records={args.records} size={args.size}B partitions=8 acks=all idempotent producer, "
+              f"topic diskless.enable={topic_config(bootstrap, 'bench', 'diskless.enable')}")
         print(f"produce: {mib / result['elapsed']:.1f} MiB/s, {args.records / result['elapsed']:,.0f} records/s, "
               f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
               f"broker {(cpu1 - cpu0) / total_gib:.2f} CPU-s/GiB")
