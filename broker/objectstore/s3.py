@@ -16,12 +16,14 @@ off). A slot is held for one attempt, not while backing off. Every attempt is re
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import aiohttp
 import botocore.exceptions
+import crc32c
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 
@@ -155,7 +157,10 @@ class S3ObjectStore:
             # S3-compatible endpoints that reject the newer default trailers.
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto")},
+            # No SHA-256 of every body for SigV4 (about 20 ms of event-loop time per 8 MiB PUT):
+            # bodies go UNSIGNED-PAYLOAD with a CRC32C checksum header the store verifies.
+            s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto"),
+                "payload_signing_enabled": False},
         )
         self._client: Any = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
@@ -176,9 +181,10 @@ class S3ObjectStore:
     async def put(self, key: str, data: bytes) -> None:
         payload = as_bytes(data)
         full = self._full_key(key)
+        checksum = _crc32c_header(payload)
 
         async def attempt(client: Any, timer: RequestTimer) -> None:
-            await client.put_object(Bucket=self.bucket, Key=full, Body=payload)
+            await client.put_object(Bucket=self.bucket, Key=full, Body=payload, ChecksumCRC32C=checksum)
             timer.done("ok", len(payload))
 
         await self._request("put", attempt)
@@ -186,10 +192,12 @@ class S3ObjectStore:
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         payload = as_bytes(data)
         full = self._full_key(key)
+        checksum = _crc32c_header(payload)
 
         async def attempt(client: Any, timer: RequestTimer) -> bool:
             try:
-                await client.put_object(Bucket=self.bucket, Key=full, Body=payload, IfNoneMatch="*")
+                await client.put_object(Bucket=self.bucket, Key=full, Body=payload, IfNoneMatch="*",
+                                        ChecksumCRC32C=checksum)
             except botocore.exceptions.ClientError as exc:
                 status, code = _status_and_code(exc)
                 if status == 412 or code == "PreconditionFailed":
@@ -390,3 +398,8 @@ def _describe(exc: BaseException) -> str:
 
 def _ms(moment: Any) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def _crc32c_header(payload: bytes) -> str:
+    """`x-amz-checksum-crc32c`: base64 of the big-endian CRC32C (computed in C, ~0.5 ms per 8 MiB)."""
+    return base64.b64encode(crc32c.crc32c(payload).to_bytes(4, "big")).decode()

@@ -28,6 +28,7 @@ class FaultProxy:
         self.upstream = (upstream_host, upstream_port)
         self.faults: deque[tuple[str, object]] = deque()
         self.requests: list[tuple[str, str]] = []  # (method, target) of every request seen
+        self.headers: list[dict[str, str]] = []  # their headers, lower-case names
         self.in_flight = 0
         self.peak_in_flight = 0
         self.hold_s = 0.0  # delay before forwarding, to make concurrency observable
@@ -76,6 +77,7 @@ class FaultProxy:
                 writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             body = await reader.readexactly(int(names.get("content-length", "0")))
             self.requests.append((method, target))
+            self.headers.append(names)
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             try:
