@@ -40,7 +40,7 @@ def test_s3() -> None:
     assert store.bucket == "my-bucket"
     assert store.prefix == "shoal/cluster-1/"
     assert store._config.max_pool_connections == 7
-    assert store._config.s3 == {"addressing_style": "path"}
+    assert store._config.s3 == {"addressing_style": "path", "payload_signing_enabled": False}
     asyncio.run(store.close())
     assert parse_s3_url("s3://my-bucket") == ("my-bucket", "", {})
     assert parse_s3_url("s3://my.bucket/p?addressing_style=virtual") == (
