@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-unit test-integration bench install clean
+.PHONY: run dev-cluster test test-unit test-integration bench install clean
 
 # Also installs kafkajs (tests/js) for tests/integration/test_kafkajs.py, which skip without
 # node/npm, but fail when CI=true.
@@ -24,6 +24,12 @@ install: $(STAMP)
 ## Start the embedded single broker on 127.0.0.1:9092 (data under ./data). Ctrl-C stops it.
 run: $(STAMP)
 	$(BIN)/shoal broker
+
+## etcd, an S3 endpoint (moto) and 3 brokers in az1..az3 on loopback; prints the bootstrap
+## addresses (all, and per AZ). Ctrl-C stops everything. More: `shoal dev cluster --help`.
+dev-cluster: $(STAMP)
+	bash .ci/install-etcd
+	$(BIN)/shoal dev cluster --brokers 3 --azs 3
 
 ## Install everything (etcd-server from Debian's packages when missing) and run the whole suite.
 test: $(STAMP)

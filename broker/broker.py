@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid
 
+from . import __version__
 from .clock import Clock, SystemClock
+from .cluster.controller import Controller
+from .cluster.membership import Membership
+from .cluster.placement import assign_replicas
+from .cluster.view import ClusterView
 from .config import BrokerConfig
 from .diskless.cache import ObjectCache
 from .diskless.commit import LocalCommitter
@@ -22,6 +28,11 @@ from .metrics import BrokerMetrics, MetricsServer
 from .objectstore import ObjectStore, open_object_store
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
+from .replication.fetcher import ReplicaFetcher
+from .replication.isr import IsrUpdater
+from .replication.leader_service import ReplicaFetchService
+from .replication.messages import RpcRequest, RpcResponse
+from .rpc import RpcClientPool, RpcServer
 from .server import KafkaServer
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
@@ -38,8 +49,27 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.store: MetadataStore = open_store(config)
         self.catalog = TopicCatalog(self.store, config)
+        self.view = ClusterView(self.store, self.catalog)
+        self.catalog.on_states_written = self._apply_written
         self.waiters = FetchWaiters()
-        self.replicas = ReplicaManager(config, self.catalog, self.clock, self.metrics, self.waiters)
+        self.replicas = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters)
+        self.incarnation = uuid.uuid4().hex
+        self.membership = Membership(self.store, self._registration(), config.broker_session_timeout_ms,
+                                     config.broker_heartbeat_interval_ms, self.view.apply_put)
+        self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock)
+        self.isr = IsrUpdater(self.store, self.view, self.replicas, self.clock, config.replica_lag_time_max_ms)
+        self.rpc_pool: RpcClientPool[RpcRequest, RpcResponse] = RpcClientPool(RpcRequest, RpcResponse)
+        self.fetcher = ReplicaFetcher(config, self.view, self.rpc_pool, self.metrics)
+        self.replicas.on_role_changed(self.fetcher.on_role_changed)
+        self.replica_service = ReplicaFetchService(self.catalog, self.replicas, self.waiters, self.isr, self.clock)
+        self.rpc_server: RpcServer[RpcRequest, RpcResponse] = RpcServer(self.replica_service.handle, RpcRequest,
+                                                                        RpcResponse)
+        self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
+        self.metrics.leader_partitions.set_function(
+            lambda: sum(1 for p in self.replicas.partitions.values() if p.leader is not None))
+        self.metrics.under_replicated_partitions.set_function(
+            lambda: sum(1 for p in self.replicas.partitions.values()
+                        if p.leader is not None and len(p.isr) < len(p.replicas)))
         self.producer_ids = ProducerIdAllocator(self.store)
         self.groups = GroupCoordinator(self)
         self.objects: ObjectStore = open_object_store(
@@ -68,8 +98,15 @@ class Broker:
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
         self._start_diskless()
-        await self.catalog.load()
+        if self.config.rpc_listen:
+            host, port = _split(self.config.rpc_listen)
+            await self.rpc_server.start(host, port)
+        await self.view.start()
+        await self.membership.start()
         self.replicas.start()
+        await self.controller.step()  # a lone or first broker leads its partitions before serving
+        self.controller.start()
+        self.isr.start()
         await self.groups.start()
         host, port = _split(self.config.listen)
         await self.server.start(host, port)
@@ -86,11 +123,36 @@ class Broker:
         await self.groups.stop()
         await self.server.stop()
         await self.wal.close()
+        self.replica_service.stopping = True
+        await self.controller.stop()
+        await self.membership.stop()  # followers and the controller learn of it now
+        await self.isr.stop()
+        await self.fetcher.stop()
+        await self.rpc_server.stop()
+        await self.rpc_pool.close()
+        await self.view.stop()
         await self.replicas.stop()
         await self.objects.close()
         await self.store.close()
         await self.metrics_server.stop()
         log.info("broker %d stopped cleanly", self.node_id)
+
+    def _registration(self) -> records.BrokerRecord:
+        host, port = self.config.advertised
+        rpc = self.config.rpc_advertised
+        return records.BrokerRecord(records.RECORD_VERSION, self.node_id, self.config.az, host, port,
+                                    rpc[0] if rpc else None, rpc[1] if rpc else 0, self.config.stateless,
+                                    __version__, self.incarnation)
+
+    def assign_replicas(self, partitions: range | list[int], replication_factor: int) -> dict[int, list[int]]:
+        """Rack-aware replicas for new partitions over the live brokers that store data."""
+        brokers = [(b.node_id, b.az) for b in self.view.brokers.values() if not b.stateless]
+        return assign_replicas(list(partitions), replication_factor, brokers,
+                               start=random.randrange(max(len(brokers), 1)))
+
+    async def _apply_written(self, written: list) -> None:  # type: ignore[type-arg]
+        for kv in written:
+            await self.view.apply_put(kv)
 
     def _start_diskless(self) -> None:
         config = self.config

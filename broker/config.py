@@ -40,6 +40,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     listen: str = "127.0.0.1:9092"
     advertise: str | None = None
     metrics_listen: str | None = "127.0.0.1:9464"
+    rpc_listen: str | None = None  # inter-broker RPC; required with etcd metadata
+    rpc_advertise: str | None = None
     # Storage and metadata
     data_dir: str | None = "./data"
     stateless: bool = False
@@ -74,10 +76,22 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     log_message_timestamp_type: str = "CreateTime"
     log_message_timestamp_before_max_ms: NonNegative = LONG_MAX
     log_message_timestamp_after_max_ms: NonNegative = 3600000
+    # Cluster and replication (docs/architecture.md "Cluster")
+    broker_session_timeout_ms: Annotated[int, msgspec.Meta(ge=2000)] = 6000
+    broker_heartbeat_interval_ms: Positive = 2000
+    replica_lag_time_max_ms: Positive = 30000
+    replica_fetch_max_bytes: Positive = 1048576
+    replica_fetch_wait_max_ms: NonNegative = 500
+    replica_fetch_backoff_ms: NonNegative = 1000
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: Positive = 300
+    offsets_topic_replication_factor: Positive = 3
     # Consumer groups (Kafka names and defaults)
     offsets_topic_num_partitions: Positive = 50
     offsets_topic_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 104857600
     offsets_topic_compaction_min_records: Positive = 10000
+    offsets_commit_timeout_ms: Positive = 5000
     offsets_retention_minutes: Positive = 10080
     offsets_retention_check_interval_ms: Positive = 600000
     offset_metadata_max_bytes: NonNegative = 4096
@@ -92,7 +106,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     producer_id_expiration_check_interval_ms: Positive = 600000
 
     def __post_init__(self) -> None:
-        for key in ("listen", "advertise", "metrics.listen"):
+        for key in ("listen", "advertise", "metrics.listen", "rpc.listen", "rpc.advertise"):
             value = getattr(self, key.replace(".", "_"))
             if value is not None:
                 parse_host_port(value, key)
@@ -101,6 +115,11 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
                               f"not {self.log_message_timestamp_type!r}")
         if self.metadata != "local:" and not self.metadata.startswith("etcd://"):
             raise ConfigError(f"metadata must be local: or etcd://host:port/prefix, got {self.metadata!r}")
+        if self.metadata.startswith("etcd://") and self.rpc_listen is None:
+            raise ConfigError("rpc.listen is required with etcd metadata: brokers replicate over it")
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise ConfigError(f"broker.heartbeat.interval.ms ({self.broker_heartbeat_interval_ms}) must be below "
+                              f"broker.session.timeout.ms ({self.broker_session_timeout_ms})")
         if self.object_store is not None:
             from .objectstore import object_store_scheme  # late: keeps config free of store imports at load
             try:
@@ -116,6 +135,11 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     @property
     def advertised(self) -> tuple[str, int]:
         return parse_host_port(self.advertise or self.listen, "advertise")
+
+    @property
+    def rpc_advertised(self) -> tuple[str, int] | None:
+        address = self.rpc_advertise or self.rpc_listen
+        return parse_host_port(address, "rpc.advertise") if address else None
 
     @property
     def object_store_url(self) -> str:

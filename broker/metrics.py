@@ -45,6 +45,16 @@ class BrokerMetrics:
         self.offset_commits = Counter("shoal_offset_commits", "Partition offsets committed to __consumer_offsets.",
                                       registry=r)
         self.groups = Gauge("shoal_groups", "Consumer groups this broker coordinates.", registry=r)
+        # Cluster and replication
+        self.replication_bytes = Counter(
+            "shoal_replication_fetched_bytes", "Partition-log entry bytes this broker copied from leaders as a follower.",
+            registry=r)
+        self.leader_partitions = Gauge("shoal_leader_partitions", "Partitions this broker leads.", registry=r)
+        self.under_replicated_partitions = Gauge(
+            "shoal_under_replicated_partitions", "Partitions this broker leads whose ISR is smaller than their "
+            "replica set (Kafka's UnderReplicatedPartitions).", registry=r)
+        self.controller_active = Gauge("shoal_controller_active", "1 on the broker that is the controller.",
+                                       registry=r)
         # Object store and diskless topics
         self.object_store_requests = Counter(
             "shoal_object_store_requests", "Object store request attempts, by operation and outcome.",

@@ -6,6 +6,9 @@ diskless commit path can run the same checks on batches it never stores locally.
 
 from __future__ import annotations
 
+import asyncio
+import heapq
+import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +16,14 @@ from typing import Callable
 
 from .clock import Clock
 from .log import EntryKind, PartitionLog
+from .metadata.records import NO_LEADER, PartitionStateRecord
 from .producers import DuplicateBatch, ProducerStateManager
 from .protocol import batch as batches
 from .diskless.coordinates import WalRef, encode_ref
 from .protocol.batch import BATCH_HEADER_SIZE, BatchFormatError, BatchHeader, UnsupportedMagicError, parse_header
 from .protocol.errors import ApiError, ErrorCode
+from .replication.epochs import LeaderEpochCache
+from .replication.leader_state import LeaderState
 from .topic_config import TopicSettings
 
 log = logging.getLogger(__name__)
@@ -31,6 +37,7 @@ class AppendOutcome:
     log_append_time_ms: int
     log_start_offset: int
     appended_bytes: int
+    end_offset: int  # log end offset after the append: acks=all waits for the high watermark here
 
 
 def validate_batches(records: memoryview, settings: TopicSettings, now_ms: int) -> list[tuple[int, BatchHeader]]:
@@ -84,11 +91,22 @@ class Partition:
         self.topic = topic
         self.index = index
         self.key = (topic, index)
+        self.topic_id = ""  # set by the replica manager: replication names partitions by topic id
         self.directory = directory
         self.log = log_
         self.producers = producers
         self.settings = settings
-        self.leader_epoch = 0
+        self.epochs = LeaderEpochCache.open(directory)
+        if self.epochs.latest_epoch < 0 and log_.log_end_offset > log_.log_start_offset:
+            self.epochs.assign(0, log_.log_start_offset)  # written before epochs were tracked: all epoch 0
+        self.leader_epoch = max(self.epochs.latest_epoch, 0)
+        self.leader_id = NO_LEADER
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+        self.state_revision = 0  # store revision of the partition state applied last
+        self.leader: LeaderState | None = None  # follower progress, while this broker leads
+        self._waits: list[tuple[int, int, asyncio.Future[ApiError | None]]] = []  # (end offset, seq, future)
+        self._wait_seq = itertools.count()
         self._clock = clock
         self._on_append = on_append
 
@@ -100,7 +118,6 @@ class Partition:
                                  on_segment_roll=lambda offset: producers.take_snapshot(directory, offset))
         partition = cls(topic, index, directory, log_, producers, settings, clock, on_append)
         partition._rebuild_producer_state()
-        log_.update_high_watermark(log_.log_end_offset)
         return partition
 
     def _rebuild_producer_state(self) -> None:
@@ -117,7 +134,134 @@ class Partition:
 
     @property
     def isr_size(self) -> int:
-        return 1
+        return len(self.isr)
+
+    # -- roles -------------------------------------------------------------------------------
+    def make_leader(self, node_id: int, state: PartitionStateRecord, revision: int) -> None:
+        """Lead from `state`: a new epoch starts at the log end offset; the same epoch only
+        updates the ISR (a change this leader or the controller made)."""
+        self.replicas, self.isr, self.state_revision = list(state.replicas), list(state.isr), revision
+        self.leader_id = node_id
+        if self.leader is None or state.leader_epoch != self.leader_epoch:
+            self.leader_epoch = state.leader_epoch
+            end = self.log.log_end_offset
+            self.epochs.assign(state.leader_epoch, end)
+            self.leader = LeaderState(leader_id=node_id, replicas=self.replicas, isr=self.isr,
+                                      leader_epoch=state.leader_epoch, leader_epoch_start_offset=end,
+                                      high_watermark=self.log.high_watermark, now_ms=self._clock.now_ms())
+            log.info("%s-%d: leader in epoch %d from offset %d, isr %s", self.topic, self.index,
+                     state.leader_epoch, end, self.isr)
+        else:
+            self.leader.set_isr(self.isr)
+        self.advance_high_watermark()
+
+    def make_follower(self, state: PartitionStateRecord, revision: int) -> None:
+        """Follow `state.leader` (or nobody, while the partition is offline)."""
+        self.replicas, self.isr, self.state_revision = list(state.replicas), list(state.isr), revision
+        self.leader_id = state.leader
+        if self.leader is not None or state.leader_epoch != self.leader_epoch:
+            log.info("%s-%d: follower of %d in epoch %d", self.topic, self.index, state.leader, state.leader_epoch)
+        self.leader_epoch = state.leader_epoch
+        if self.leader is not None:
+            self.leader = None
+            self._end_waits(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     f"leadership of {self.topic}-{self.index} moved to broker {state.leader}"))
+
+    def retire(self) -> None:
+        """The partition is being deleted: neither lead nor follow any more."""
+        self.leader, self.leader_id = None, NO_LEADER
+        self._end_waits(ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.index} was deleted"))
+
+    def check_leader(self) -> None:
+        if self.leader is None:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"this broker is not the leader of {self.topic}-{self.index} (leader {self.leader_id})")
+
+    # -- high watermark and acks=all -----------------------------------------------------------
+    def advance_high_watermark(self) -> None:
+        """Leader: HW = smallest log end offset in the ISR; wakes acks=all waits and fetches."""
+        if self.leader is None:
+            return
+        before = self.log.high_watermark
+        hw = self.log.update_high_watermark(self.leader.high_watermark(self.log.log_end_offset))
+        while self._waits and self._waits[0][0] <= hw:
+            _, _, future = heapq.heappop(self._waits)
+            if not future.done():
+                future.set_result(None)
+        if hw != before:
+            self._on_append(self)
+
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> None:
+        """acks=all: return once the high watermark reaches `end_offset` with enough replicas
+        in sync, else raise (REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND), as Kafka's delayed produce does."""
+        if self.leader is None:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"leadership of {self.topic}-{self.index} moved to broker {self.leader_id}")
+        if self.log.high_watermark < end_offset:
+            future: asyncio.Future[ApiError | None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waits, (end_offset, next(self._wait_seq), future))
+            await asyncio.wait((future,), timeout=timeout_s)
+            if not future.done():
+                future.cancel()
+                raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
+                               f"{self.topic}-{self.index}: not replicated to the ISR {self.isr} in time")
+            error = future.result()
+            if error is not None:
+                raise error
+        if self.isr_size < self.settings.min_insync_replicas:
+            raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                           f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
+
+    def _end_waits(self, error: ApiError) -> None:
+        waits, self._waits = self._waits, []
+        for _, _, future in waits:
+            if not future.done():
+                future.set_result(error)
+
+    # -- follower side ------------------------------------------------------------------------
+    def append_replicated(self, entries: list[tuple[int, memoryview | bytes]], leader_high_watermark: int) -> int:
+        """Append entries fetched from the leader, exactly as the leader holds them (offsets,
+        epochs, payloads); returns the bytes appended."""
+        appended = 0
+        for kind, data in entries:
+            header = parse_header(data)
+            if header.base_offset != self.log.log_end_offset:
+                raise ValueError(f"{self.topic}-{self.index}: replicated entry at {header.base_offset}, "
+                                 f"log end offset is {self.log.log_end_offset}")
+            epoch = header.partition_leader_epoch
+            if epoch > self.epochs.latest_epoch:
+                self.epochs.assign(epoch, header.base_offset)
+            self.log.append(EntryKind(kind), header, data, epoch)
+            self.producers.replay(header, header.base_offset)
+            appended += len(data)
+        self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        if appended:
+            self._on_append(self)
+        return appended
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop a divergent tail (follower, after comparing leader epochs with the leader)."""
+        if offset >= self.log.log_end_offset:
+            return
+        log.warning("%s-%d: truncating divergent entries from offset %d (log end %d)", self.topic, self.index,
+                    offset, self.log.log_end_offset)
+        self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(offset)
+        self._reload_producers()
+
+    def restart_at(self, offset: int) -> None:
+        """Follower behind the leader's log start: drop everything and continue from there."""
+        log.warning("%s-%d: log end %d is below the leader's log start %d: starting over there", self.topic,
+                    self.index, self.log.log_end_offset, offset)
+        self.log.restart_at(offset)
+        self.epochs.truncate_from_end(0)
+        self._reload_producers()
+
+    def _reload_producers(self) -> None:
+        start = self.producers.truncate_and_reload(self.directory, self.log.log_start_offset, self.log.log_end_offset)
+        for entry in self.log.iter_entries(start):
+            self.producers.replay(entry.header, entry.base_offset)
 
     def append_records(self, records: memoryview, acks: int) -> AppendOutcome:
         """Validate, deduplicate and append a produce request's batches for this partition."""
@@ -157,6 +301,7 @@ class Partition:
         return self._append(EntryKind.COORDINATES, items)
 
     def check_acks(self, acks: int) -> None:
+        self.check_leader()
         if acks == -1 and self.isr_size < self.settings.min_insync_replicas:
             raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                            f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
@@ -181,9 +326,10 @@ class Partition:
                 first_offset = result.base_offset
             appended += header.size
         if appended:
-            self.log.update_high_watermark(self.log.log_end_offset)
+            self.advance_high_watermark()
             self._on_append(self)
-        return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended)
+        return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended,
+                             self.log.log_end_offset)
 
     def update_settings(self, settings: TopicSettings) -> None:
         self.settings = settings

@@ -1,6 +1,7 @@
-"""The partitions this broker hosts: opened from the topic catalog at start, created and
-deleted as the catalog changes, and maintained by background tasks (flush policy,
-time-based segment roll, retention, producer-id expiry).
+"""The partitions this broker hosts: opened when a partition state (cluster/view.py) lists
+this broker as a replica, made leader or follower as the states change, deleted with their
+topic, and maintained by background tasks (flush policy, time-based segment roll,
+retention, producer-id expiry).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import logging
 import shutil
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from .clock import Clock
+from .cluster.view import ClusterView, PartitionId, PartitionState
 from .config import BrokerConfig
 from .metrics import BrokerMetrics
 from .partition import Partition
@@ -25,10 +28,12 @@ PartitionKey = tuple[str, int]
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, catalog: TopicCatalog, clock: Clock,
+    def __init__(self, config: BrokerConfig, catalog: TopicCatalog, view: ClusterView, clock: Clock,
                  metrics: BrokerMetrics, waiters: FetchWaiters) -> None:
         self._config = config
         self._catalog = catalog
+        self._view = view
+        self._role_listeners: list[Callable[[Partition], None]] = []
         self._clock = clock
         self._metrics = metrics
         self.waiters = waiters
@@ -36,11 +41,18 @@ class ReplicaManager:
         self.partitions: dict[PartitionKey, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
         catalog.subscribe(self._on_topic_change)
+        view.on_partition_changed(self._on_partition_state)
+        self._started = False
+
+    def on_role_changed(self, listener: Callable[[Partition], None]) -> None:
+        """Told after a hosted partition became leader or follower (or changed epoch)."""
+        self._role_listeners.append(listener)
 
     def start(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
-        for topic in self._catalog.all():
-            self._open_topic(topic)
+        self._started = True
+        for pid, state in list(self._view.partitions.items()):
+            self._on_partition_state(pid, state)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self._config.log_flush_scheduler_interval_ms, self._flush_and_roll)),
@@ -61,9 +73,38 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition:
         partition = self.partitions.get((topic, index))
         if partition is None:
+            known = self._catalog.get(topic)
+            if known is not None and 0 <= index < known.partitions:
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               f"This server is not a replica of {topic}-{index}")
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            f"This server does not host this topic-partition: {topic}-{index}")
         return partition
+
+    def leader(self, topic: str, index: int) -> Partition:
+        """The partition, if this broker leads it (NOT_LEADER_OR_FOLLOWER otherwise)."""
+        partition = self.get(topic, index)
+        partition.check_leader()
+        return partition
+
+    # -- partition states ------------------------------------------------------------------
+    def _on_partition_state(self, pid: PartitionId, state: PartitionState | None) -> None:
+        if state is None or not self._started or self._config.stateless:
+            return
+        topic = self._catalog.by_id(uuid.UUID(pid[0]))
+        record = state.record
+        node_id = self._config.node_id
+        if topic is None or node_id not in record.replicas or pid[1] >= topic.partitions:
+            return
+        partition = self.partitions.get((topic.name, pid[1])) or self._open(topic, pid[1])
+        if state.revision < partition.state_revision:
+            return
+        if record.leader == node_id:
+            partition.make_leader(node_id, record, state.revision)
+        else:
+            partition.make_follower(record, state.revision)
+        for listener in self._role_listeners:
+            listener(partition)
 
     # -- catalog changes -------------------------------------------------------
     async def _on_topic_change(self, name: str, topic: Topic | None) -> None:
@@ -74,22 +115,26 @@ class ReplicaManager:
             partition = self.partitions.get((name, index))
             if partition is not None:
                 partition.update_settings(topic.settings)
-        self._open_topic(topic)
+        if self._started:  # states may have arrived before their topic record
+            for index, state in self._view.partitions_of(str(topic.topic_id)).items():
+                self._on_partition_state((str(topic.topic_id), index), state)
 
-    def _open_topic(self, topic: Topic) -> None:
-        for index in range(topic.partitions):
-            if (topic.name, index) in self.partitions:
-                continue
-            directory = self._dir / f"{topic.name}-{index}"
-            partition = Partition.open(topic.name, index, directory, topic.settings, self._clock,
-                                       self._config.producer_id_expiration_ms, self._on_append)
-            self.partitions[(topic.name, index)] = partition
+    def _open(self, topic: Topic, index: int) -> Partition:
+        directory = self._dir / f"{topic.name}-{index}"
+        partition = Partition.open(topic.name, index, directory, topic.settings, self._clock,
+                                   self._config.producer_id_expiration_ms, self._on_append)
+        partition.topic_id = str(topic.topic_id)
+        self.partitions[(topic.name, index)] = partition
         self._metrics.partitions.set(len(self.partitions))
+        return partition
 
     async def _delete_topic(self, name: str) -> None:
         doomed: list[Path] = []
         for key in [k for k in self.partitions if k[0] == name]:
             partition = self.partitions.pop(key)
+            partition.retire()
+            for listener in self._role_listeners:
+                listener(partition)
             partition.log.close()
             tombstone = partition.directory.with_name(f"{partition.directory.name}.{uuid.uuid4().hex}-delete")
             partition.directory.rename(tombstone)

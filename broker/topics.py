@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from .config import BrokerConfig
-from .metadata import MetadataStore, RevisionConflict
+from .metadata import KeyValue, MetadataStore, RevisionConflict
 from .metadata import records
 from .protocol.errors import ApiError, ErrorCode
 from .topic_config import DISKLESS_ENABLE, TopicSettings, effective, validate_overrides
@@ -48,6 +48,8 @@ class Topic:
 
 
 Listener = Callable[[str, "Topic | None"], Awaitable[None]]
+Assignment = Mapping[int, Sequence[int]]  # partition index -> replicas, preferred leader first
+STATE_WRITE_CHUNK = 100  # partition states per store transaction (etcd allows 128 writes)
 
 
 @dataclass
@@ -57,6 +59,8 @@ class TopicCatalog:
     _by_name: dict[str, Topic] = field(default_factory=dict)
     _by_id: dict[uuid.UUID, Topic] = field(default_factory=dict)
     _listeners: list[Listener] = field(default_factory=list)
+    # the cluster view applies partition states this broker wrote before their watch events
+    on_states_written: Callable[[list[KeyValue]], Awaitable[None]] | None = None
 
     async def load(self) -> None:
         for kv in await self.store.list(records.TOPIC_PREFIX):
@@ -90,24 +94,68 @@ class TopicCatalog:
         overrides[DISKLESS_ENABLE] = "true" if settings.diskless else "false"
         return Topic(name, uuid.uuid4(), partitions, overrides, settings)
 
-    async def create(self, topic: Topic) -> Topic:
+    async def create(self, topic: Topic, assignment: Assignment) -> Topic:
+        """Write the partition states, then the topic record (create-if-absent): a topic is
+        visible only once every partition has a state. States are keyed by topic id, so a
+        creation that loses a race leaves nothing but its own keys, which it deletes."""
+        written = await self._write_states(topic, assignment)
         record = records.TopicRecord(records.RECORD_VERSION, topic.name, str(topic.topic_id),
                                      topic.partitions, topic.configs, topic.internal)
         try:
             await self.store.put(records.topic_key(topic.name), records.encode(record), expected_revision=0)
         except RevisionConflict:
+            await self._delete_keys([kv.key for kv in written])
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from None
         self._cache(topic)
         await self._notify(topic.name, topic)
+        await self._announce(written)
         return topic
 
     async def delete(self, name: str) -> Topic:
         topic = self._require(name)
         await self.store.delete(records.topic_key(name))
-        del self._by_name[name]
+        await self._delete_keys([records.partition_key(str(topic.topic_id), i) for i in range(topic.partitions)])
+        await self.apply_delete(name)
+        return topic
+
+    async def apply_record(self, record: records.TopicRecord) -> None:
+        """A topic record seen in the store (maybe written by another broker)."""
+        topic = self._from_record(record)
+        known = self._by_name.get(topic.name)
+        if known is not None and (known.topic_id, known.partitions, known.configs, known.internal) == \
+                (topic.topic_id, topic.partitions, topic.configs, topic.internal):
+            return
+        if known is not None and known.topic_id != topic.topic_id:
+            await self.apply_delete(known.name)  # deleted and created again meanwhile
+        self._cache(topic)
+        await self._notify(topic.name, topic)
+
+    async def apply_delete(self, name: str) -> None:
+        topic = self._by_name.pop(name, None)
+        if topic is None:
+            return
         self._by_id.pop(topic.topic_id, None)
         await self._notify(name, None)
-        return topic
+
+    async def _write_states(self, topic: Topic, assignment: Assignment) -> list[KeyValue]:
+        states = {records.partition_key(str(topic.topic_id), index): records.encode(records.PartitionStateRecord(
+                      records.RECORD_VERSION, list(replicas), replicas[0], 0, list(replicas)))
+                  for index, replicas in sorted(assignment.items())}
+        written: list[KeyValue] = []
+        items = list(states.items())
+        for start in range(0, len(items), STATE_WRITE_CHUNK):
+            chunk = dict(items[start:start + STATE_WRITE_CHUNK])
+            revision = await self.store.txn({}, puts=chunk)
+            written.extend(KeyValue(key, value, revision) for key, value in chunk.items())
+        return written
+
+    async def _delete_keys(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), STATE_WRITE_CHUNK):
+            await self.store.txn({}, deletes=keys[start:start + STATE_WRITE_CHUNK])
+
+    async def _announce(self, written: list[KeyValue]) -> None:
+        if self.on_states_written is not None and written:
+            await self.on_states_written(written)
 
     def check_new_partition_count(self, name: str, count: int) -> Topic:
         topic = self._require(name)
@@ -119,9 +167,13 @@ class TopicCatalog:
             raise ApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions per topic.")
         return topic
 
-    async def set_partition_count(self, name: str, count: int) -> Topic:
+    async def set_partition_count(self, name: str, count: int, assignment: Assignment) -> Topic:
+        """Grow the topic: states of the new partitions first, then the topic record."""
         topic = self.check_new_partition_count(name, count)
-        return await self._update(topic, partitions=count)
+        written = await self._write_states(topic, assignment)
+        updated = await self._update(topic, partitions=count)
+        await self._announce(written)
+        return updated
 
     async def set_configs(self, name: str, overrides: dict[str, str | None]) -> Topic:
         """Replace the topic's overrides (callers merge for incremental changes)."""

@@ -12,8 +12,9 @@ so the WAL file manager may delete an uncommitted object once deadline + grace h
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Awaitable, Protocol
 
 import msgspec
 
@@ -24,6 +25,7 @@ from .coordinates import make_ref
 
 if TYPE_CHECKING:
     from ..clock import Clock
+    from ..partition import Partition
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
 
@@ -57,6 +59,7 @@ class CommitResult(msgspec.Struct, array_like=True, frozen=True):
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
+    end_offset: int = -1  # the leader's log end offset after the append (acks=all waits for it)
 
 
 class CommitResponse(msgspec.Struct, array_like=True, frozen=True):
@@ -64,8 +67,16 @@ class CommitResponse(msgspec.Struct, array_like=True, frozen=True):
     results: list[CommitResult]  # one per CommitRequest.partitions entry, same order
 
 
+# How long a commit with acks=all waits for the ISR; the representative's producer
+# request times out on its own clock (request.timeout.ms, 30 s by default) anyway.
+ACKS_TIMEOUT_S = 30.0
+
+
 class Committer(Protocol):
-    async def commit(self, request: CommitRequest) -> CommitResponse: ...
+    def commit(self, request: CommitRequest) -> Awaitable[CommitResponse]:
+        """Called in seal order: the call itself takes the commit's place in the leader's
+        order (so the next object may be committed at once); the awaitable completes when
+        the partitions' acks are satisfied."""
 
 
 def failed(exc: ApiError) -> CommitResult:
@@ -82,8 +93,34 @@ class LocalCommitter:
         self._clock = clock
         self._deadline_ms = deadline_ms
 
-    async def commit(self, request: CommitRequest) -> CommitResponse:
-        return self.apply(request)
+    def commit(self, request: CommitRequest) -> Awaitable[CommitResponse]:
+        response = self.apply(request)
+        return self._replicated(request, response)
+
+    async def _replicated(self, request: CommitRequest, response: CommitResponse) -> CommitResponse:
+        """acks=all: wait until each appended partition's ISR holds its entries."""
+        waits = []
+        for i, (part, result) in enumerate(zip(request.partitions, response.results)):
+            topic = self._catalog.by_id(part.topic_id)
+            if part.acks == -1 and result.error_code == 0 and topic is not None:
+                waits.append((i, self._replicas.partitions.get((topic.name, part.partition)), result))
+        if not waits:
+            return response
+        outcomes = await asyncio.gather(*(self._wait(partition, result.end_offset) for _, partition, result in waits),
+                                        return_exceptions=True)
+        results = list(response.results)
+        for (i, _partition, _result), outcome in zip(waits, outcomes):
+            if isinstance(outcome, ApiError):
+                results[i] = failed(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return CommitResponse(response.version, results)
+
+    @staticmethod
+    async def _wait(partition: "Partition | None", end_offset: int) -> None:
+        if partition is None:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the partition moved away during the commit")
+        await partition.wait_replicated(end_offset, ACKS_TIMEOUT_S)
 
     def apply(self, request: CommitRequest) -> CommitResponse:
         if request.version != COMMIT_VERSION:
@@ -108,4 +145,5 @@ class LocalCommitter:
                 [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks)
         except ApiError as exc:
             return failed(exc)
-        return CommitResult(0, None, outcome.base_offset, outcome.log_append_time_ms, outcome.log_start_offset)
+        return CommitResult(0, None, outcome.base_offset, outcome.log_append_time_ms, outcome.log_start_offset,
+                            outcome.end_offset)

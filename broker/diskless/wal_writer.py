@@ -71,6 +71,7 @@ class _OpenObject:
     slots: list[_Slot] = field(default_factory=list)
     reserved: int = 0
     linger: asyncio.TimerHandle | None = None
+    dispatched: asyncio.Future[None] | None = None  # done once its commit is sent (or it failed)
 
 
 @dataclass(slots=True)
@@ -95,7 +96,7 @@ class WalWriter:
         self._open: _OpenObject | None = None
         self._inflight_bytes = 0
         self._waiting: collections.deque[_Waiting] = collections.deque()
-        self._last_ship: asyncio.Task[None] | None = None
+        self._last_dispatched: asyncio.Future[None] | None = None
         self._ships: set[asyncio.Task[None]] = set()
 
     @property
@@ -159,13 +160,16 @@ class WalWriter:
             obj.linger.cancel()
         self._metrics.wal_buffer_bytes.set(0)
         self._metrics.wal_seals.labels(reason).inc()
-        ship = asyncio.get_running_loop().create_task(self._ship(obj, self._keys.next(), self._last_ship))
-        self._last_ship = ship
+        loop = asyncio.get_running_loop()
+        obj.dispatched = loop.create_future()
+        ship = loop.create_task(self._ship(obj, self._keys.next(), self._last_dispatched))
+        self._last_dispatched = obj.dispatched
         self._ships.add(ship)
         ship.add_done_callback(self._ships.discard)
 
-    async def _ship(self, obj: _OpenObject, key: WalKey, previous: asyncio.Task[None] | None) -> None:
-        """Upload, then commit after the previous object's commit: one PUT, one commit per leader."""
+    async def _ship(self, obj: _OpenObject, key: WalKey, previous: asyncio.Future[None] | None) -> None:
+        """Upload, then commit once the previous object's commit is sent: one PUT, one commit
+        per leader. Waiting for acks does not hold back the next object's commit."""
         metrics = self._metrics
         try:
             data = b"".join(obj.builder.buffers())
@@ -184,10 +188,12 @@ class WalWriter:
             if self._cache is not None:
                 self._cache.put_object(key.object_id, data)
             if previous is not None:
-                await asyncio.wait((previous,))  # commits go in seal order; _ship never raises
+                await previous  # commits go in seal order; never fails
             started = time.perf_counter()
-            response = await self._committer.commit(
+            pending = self._committer.commit(
                 CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots]))
+            _done(obj.dispatched)
+            response = await pending
             metrics.wal_commit_seconds.observe(time.perf_counter() - started)
             metrics.wal_objects.labels("committed").inc()
             for slot, result in zip(obj.slots, response.results):
@@ -198,6 +204,7 @@ class WalWriter:
             metrics.wal_objects.labels("commit_failed").inc()
             self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL commit failed: {exc}"))
         finally:
+            _done(obj.dispatched)
             self._release(obj.reserved)
 
     def _fail(self, obj: _OpenObject, error: ApiError) -> None:
@@ -212,3 +219,8 @@ class WalWriter:
             waiting = self._waiting.popleft()
             self._admit(waiting.appends, waiting.futures, waiting.size)
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
+
+
+def _done(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)

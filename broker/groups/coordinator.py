@@ -71,26 +71,42 @@ class GroupCoordinator:
         self._last_join_at: dict[str, float] = {}  # monotonic seconds of each group's latest JoinGroup
         self._metrics = broker.metrics
         self._tasks: list[asyncio.Task[None]] = []
-        self._loaded = False
+        self._led: set[int] = set()  # __consumer_offsets partitions this broker leads and has loaded
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         catalog = self._broker.catalog
+        live = sum(1 for b in self._broker.view.brokers.values() if not b.stateless)
+        if live >= self._broker.config.offsets_topic_replication_factor or self._broker.config.metadata == "local:":
+            await self.ensure_offsets_topic()
         topic = catalog.get(records.OFFSETS_TOPIC)
-        if topic is None:
-            prepared = catalog.prepare(records.OFFSETS_TOPIC, self._num_partitions, {
-                **INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._broker.config.offsets_topic_segment_bytes)})
-            prepared.internal = True
-            topic = await catalog.create(prepared)
-        self._num_partitions = topic.partitions
+        if topic is not None:
+            self._num_partitions = topic.partitions
         catalog.subscribe(self._on_topic_change)
-        for index in range(topic.partitions):
-            self._load_partition(index)
-        self._loaded = True
+        self._broker.replicas.on_role_changed(self._on_role_changed)
+        for partition in list(self._broker.replicas.partitions.values()):
+            self._on_role_changed(partition)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run_timers()), loop.create_task(self._run_retention())]
         log.info("group coordinator loaded %d groups and %d committed offsets",
                  len(self._groups), sum(1 for _ in self.offsets.items()))
+
+    async def ensure_offsets_topic(self) -> None:
+        """Create __consumer_offsets if missing: at start when enough brokers are up for its
+        replication factor, else on the first FindCoordinator, as Kafka does."""
+        catalog = self._broker.catalog
+        if catalog.get(records.OFFSETS_TOPIC) is not None:
+            return
+        prepared = catalog.prepare(records.OFFSETS_TOPIC, self._num_partitions, {
+            **INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._broker.config.offsets_topic_segment_bytes)})
+        prepared.internal = True
+        live = sum(1 for b in self._broker.view.brokers.values() if not b.stateless)
+        factor = min(self._broker.config.offsets_topic_replication_factor, live)
+        try:
+            await catalog.create(prepared, self._broker.assign_replicas(range(prepared.partitions), factor))
+        except ApiError as exc:  # another broker created it first
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -163,10 +179,17 @@ class GroupCoordinator:
                 key = OffsetKey(records.FORMAT_VERSION, group_id, name, partition)
                 writes.append((key, OffsetValue(records.FORMAT_VERSION, offset, epoch, metadata, now, expire_ms)))
         if writes:
-            self._append(group_id, [(records.encode(k), records.encode(v)) for k, v in writes])
+            end = self._append(group_id, [(records.encode(k), records.encode(v)) for k, v in writes])
             for key, value in writes:
                 self.offsets.commit(group_id, key.topic, key.partition, value)
             self._metrics.offset_commits.inc(len(writes))
+            try:  # acknowledged only once the ISR holds it, like any acks=all write
+                await self._partition(records.partition_for(group_id, self._num_partitions)).wait_replicated(
+                    end, self._broker.config.offsets_commit_timeout_ms / 1000)
+            except ApiError as exc:
+                code = ErrorCode.NOT_COORDINATOR if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+                    else ErrorCode.REQUEST_TIMED_OUT
+                return [code if c == ErrorCode.NONE else c for c in codes]
         return codes
 
     def fetch_offsets(self, group_id: str, wanted: Iterable[tuple[str, list[int]]] | None
@@ -285,10 +308,11 @@ class GroupCoordinator:
     def _partition(self, index: int) -> "Partition":
         return self._broker.replicas.get(records.OFFSETS_TOPIC, index)
 
-    def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]]) -> int:
+        """Append to the group's partition; returns the log end offset after it."""
         index = records.partition_for(group_id, self._num_partitions)
         batch = records.build_batch(items, self._now())
-        self._partition(index).append_records(memoryview(batch), acks=-1)
+        end = self._partition(index).append_records(memoryview(batch), acks=1).end_offset
         stats = self._stats.setdefault(index, _PartitionStats(set()))
         for key, value in items:
             stats.records_since_compaction += 1
@@ -296,6 +320,7 @@ class GroupCoordinator:
         threshold = max(self._broker.config.offsets_topic_compaction_min_records, 2 * len(stats.live_keys))
         if stats.records_since_compaction > threshold:
             self._compact(index)
+        return end
 
     def _compact(self, index: int) -> None:
         """Append the partition's live state again, then move the log start past the rest."""
@@ -312,8 +337,8 @@ class GroupCoordinator:
         start = partition.log.log_end_offset
         chunk = 1000
         for i in range(0, len(live), chunk):
-            partition.append_records(memoryview(records.build_batch(live[i:i + chunk], self._now())), acks=-1)
-        partition.log.delete_records_before(start)
+            partition.append_records(memoryview(records.build_batch(live[i:i + chunk], self._now())), acks=1)
+        partition.log.delete_records_before(min(start, partition.log.high_watermark))
         self._stats[index] = _PartitionStats({key for key, _ in live})
         log.info("compacted %s-%d: %d live records re-appended at offset %d",
                  records.OFFSETS_TOPIC, index, len(live), start)
@@ -388,13 +413,53 @@ class GroupCoordinator:
             self._append(group_id, [(records.encode(GroupKey(records.FORMAT_VERSION, group_id)), None)])
 
     async def _on_topic_change(self, name: str, topic: "Topic | None") -> None:
+        if name == records.OFFSETS_TOPIC and topic is not None:
+            self._num_partitions = topic.partitions
         if topic is None and name != records.OFFSETS_TOPIC:
             self._remove_offsets([(g, name, p) for g, p in self.offsets.of_topic(name)])
 
     # -- helpers ---------------------------------------------------------------------------
     def _require_coordinator(self, group_id: str) -> None:
-        if not self._loaded:
-            raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group coordinator is loading")
+        index = records.partition_for(group_id, self._num_partitions)
+        if index not in self._led:
+            raise ApiError(ErrorCode.NOT_COORDINATOR,
+                           f"this broker does not lead {records.OFFSETS_TOPIC}-{index}, which holds group {group_id!r}")
+
+    def coordinator_of(self, group_id: str) -> int:
+        """The node leading the group's __consumer_offsets partition; -1 while it has none."""
+        topic = self._broker.catalog.get(records.OFFSETS_TOPIC)
+        if topic is None:
+            return -1
+        index = records.partition_for(group_id, topic.partitions)
+        state = self._broker.view.partitions.get((str(topic.topic_id), index))
+        return state.record.leader if state is not None else -1
+
+    # -- leadership of __consumer_offsets partitions ---------------------------------------
+    def _on_role_changed(self, partition: "Partition") -> None:
+        if partition.topic != records.OFFSETS_TOPIC:
+            return
+        index = partition.index
+        if partition.leader is not None and index not in self._led:
+            self._load_partition(index)
+            self._led.add(index)
+            log.info("coordinating the groups of %s-%d", records.OFFSETS_TOPIC, index)
+        elif partition.leader is None and index in self._led:
+            self._led.discard(index)
+            self._unload_partition(index)
+            log.info("no longer coordinating the groups of %s-%d", records.OFFSETS_TOPIC, index)
+
+    def _unload_partition(self, index: int) -> None:
+        """Leadership moved: forget the partition's groups (their members get NOT_COORDINATOR
+        and find the new coordinator) and offsets; the new leader replays them."""
+        now = self._now()
+        for group_id in [g for g in self._groups if records.partition_for(g, self._num_partitions) == index]:
+            group = self._groups.pop(group_id)
+            group.unload(now)
+            self._deliver(group)
+        for group_id, topic, p, _value in list(self.offsets.items()):
+            if records.partition_for(group_id, self._num_partitions) == index:
+                self.offsets.remove(group_id, topic, p)
+        self._stats.pop(index, None)
 
     def _require_membership_group(self, group_id: str) -> None:
         """Kafka accepts an empty group id only for offset and admin requests."""

@@ -28,6 +28,5 @@ def resolve_topic(broker: "Broker", name: str | None, topic_id: uuid.UUID | None
 
 
 def live_brokers(broker: "Broker") -> list[tuple[int, str, int, str | None]]:
-    """(node_id, host, port, rack) of every live broker; just this one until the cluster issue."""
-    host, port = broker.config.advertised
-    return [(broker.node_id, host, port, broker.config.az)]
+    """(node_id, host, port, rack) of every registered broker, by node id."""
+    return [(b.node_id, b.host, b.port, b.az) for b in sorted(broker.view.brokers.values(), key=lambda b: b.node_id)]

@@ -15,16 +15,32 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     results = []
     for wanted in request.topics:
         try:
+            topic = broker.catalog.check_new_partition_count(wanted.name, wanted.count)
+            new = range(topic.partitions, wanted.count)
             if wanted.assignments:
-                for assignment in wanted.assignments:
-                    if list(assignment.broker_ids) != [broker.node_id]:
-                        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                       f"replicas {assignment.broker_ids} must be the live broker [{broker.node_id}]")
-            if request.validate_only:
-                broker.catalog.check_new_partition_count(wanted.name, wanted.count)
+                assignment = _manual(broker, new, wanted.assignments)
             else:
-                await broker.catalog.set_partition_count(wanted.name, wanted.count)
+                current = broker.view.partitions_of(str(topic.topic_id)).get(0)
+                factor = len(current.record.replicas) if current is not None else 1
+                assignment = broker.assign_replicas(new, factor)
+            if not request.validate_only:
+                await broker.catalog.set_partition_count(wanted.name, wanted.count, assignment)
             results.append(_Result(name=wanted.name, error_code=0, error_message=None))
         except ApiError as exc:
             results.append(_Result(name=wanted.name, error_code=exc.code, error_message=exc.message))
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+def _manual(broker, new: range, assignments) -> dict[int, list[int]]:  # type: ignore[no-untyped-def]
+    live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
+    if len(assignments) != len(new):
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"{len(assignments)} assignments given for {len(new)} new partitions")
+    result = {}
+    for index, assignment in zip(new, assignments):
+        replicas = list(assignment.broker_ids)
+        if not replicas or not set(replicas) <= live or len(set(replicas)) != len(replicas):
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"replicas {replicas} must be distinct live brokers {sorted(live)}")
+        result[index] = replicas
+    return result

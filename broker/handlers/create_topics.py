@@ -21,26 +21,32 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
             if creatable.name in seen:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request has duplicate topic {creatable.name}")
             seen.add(creatable.name)
-            partitions = _partition_count(broker, creatable)
+            partitions, factor = _partition_count(broker, creatable)
             topic = broker.catalog.prepare(creatable.name, partitions,
                                            {c.name: c.value for c in creatable.configs})
+            if creatable.assignments:
+                assignment = {a.partition_index: list(a.broker_ids) for a in creatable.assignments}
+            else:
+                assignment = broker.assign_replicas(range(topic.partitions), factor)
+            factor = len(assignment[0])
             if not request.validate_only:
-                topic = await broker.catalog.create(topic)
+                topic = await broker.catalog.create(topic, assignment)
         except ApiError as exc:
             results.append(_Result(name=creatable.name, error_code=exc.code, error_message=exc.message,
                                    num_partitions=-1, replication_factor=-1, configs=[]))
             continue
         results.append(_Result(
             name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None,
-            num_partitions=topic.partitions, replication_factor=1,
+            num_partitions=topic.partitions, replication_factor=factor,
             configs=[_Config(name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False)
                      for e in describe(topic.configs, broker.config)]))
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
-def _partition_count(broker, creatable) -> int:  # type: ignore[no-untyped-def]
-    """Check replication factor and manual assignments; return the partition count (-1 = default)."""
-    live = {broker.node_id}
+def _partition_count(broker, creatable) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """Check replication factor and manual assignments; return the partition count (-1 =
+    default) and the replication factor."""
+    live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
     if creatable.assignments:
         if creatable.num_partitions != -1 or creatable.replication_factor != -1:
             raise ApiError(ErrorCode.INVALID_REQUEST,
@@ -53,7 +59,7 @@ def _partition_count(broker, creatable) -> int:  # type: ignore[no-untyped-def]
                     len(set(assignment.broker_ids)) != len(assignment.broker_ids):
                 raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                f"replicas {assignment.broker_ids} must be distinct live brokers {sorted(live)}")
-        return len(indexes)
+        return len(indexes), len(creatable.assignments[0].broker_ids)
     factor = creatable.replication_factor
     if factor == -1:
         factor = broker.config.default_replication_factor
@@ -61,4 +67,4 @@ def _partition_count(broker, creatable) -> int:  # type: ignore[no-untyped-def]
         raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Replication factor: {factor} larger than available brokers: {len(live)}." if factor > 0
                        else "Replication factor must be larger than 0.")
-    return creatable.num_partitions
+    return creatable.num_partitions, factor

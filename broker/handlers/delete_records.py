@@ -19,7 +19,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
         partitions = []
         for item in wanted.partitions:
             try:
-                partition = broker.replicas.get(wanted.name, item.partition_index)
+                partition = broker.replicas.leader(wanted.name, item.partition_index)
                 log = partition.log
                 offset = log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
                 if not log.log_start_offset <= offset <= log.high_watermark:

@@ -20,7 +20,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                                        controller_id=-1, brokers=[])
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
-        cluster_id=broker.cluster_id, controller_id=broker.node_id,
+        cluster_id=broker.cluster_id, controller_id=broker.view.controller_id,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=n, host=h, port=p, rack=r, is_fenced=False)
                  for n, h, p, r in live_brokers(broker)],
     )

@@ -90,7 +90,7 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
             try:
                 if topic_error is not None:
                     raise topic_error
-                partition = broker.replicas.get(topic.name, index)
+                partition = broker.replicas.leader(topic.name, index)
                 check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
                 log = partition.log
                 high_watermark = log.high_watermark

@@ -1,6 +1,6 @@
-"""FindCoordinator: this broker coordinates every group (single broker). Transaction
-coordinators do not exist yet, which is said plainly rather than with a retriable code
-that would make clients retry forever."""
+"""FindCoordinator: a group's coordinator is the leader of its __consumer_offsets partition.
+Transaction coordinators do not exist yet, which is said plainly rather than with a
+retriable code that would make clients retry forever."""
 
 from __future__ import annotations
 
@@ -15,15 +15,25 @@ _NO_TRANSACTIONS = "transactions are not supported by this broker yet"
 
 @api(10)
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
-    host, port = broker.config.advertised
+    keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
     if request.key_type == GROUP_KEY_TYPE:
-        code, message, node = ErrorCode.NONE, None, broker.node_id
-    else:
-        code, message, node, host, port = ErrorCode.UNSUPPORTED_VERSION, _NO_TRANSACTIONS, -1, "", -1
+        await broker.groups.ensure_offsets_topic()
+    found = [_find(broker, request.key_type, key) for key in keys]
     if header.api_version >= 4:
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
             FindCoordinatorResponse.Coordinator(key=key, node_id=node, host=host, port=port,
                                                 error_code=code, error_message=message)
-            for key in request.coordinator_keys])
+            for key, (code, message, node, host, port) in zip(keys, found)])
+    code, message, node, host, port = found[0]
     return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
                                    node_id=node, host=host, port=port)
+
+
+def _find(broker, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:  # type: ignore[no-untyped-def]
+    if key_type != GROUP_KEY_TYPE:
+        return ErrorCode.UNSUPPORTED_VERSION, _NO_TRANSACTIONS, -1, "", -1
+    node = broker.groups.coordinator_of(key)
+    registration = broker.view.brokers.get(node)
+    if registration is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's coordinator is not available", -1, "", -1
+    return ErrorCode.NONE, None, node, registration.host, registration.port

@@ -30,7 +30,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
         for list_partition in list_topic.partitions:
             index = list_partition.partition_index
             try:
-                partition = broker.replicas.get(list_topic.name, index)
+                partition = broker.replicas.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
                 partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,

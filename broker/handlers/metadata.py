@@ -29,7 +29,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
         throttle_time_ms=0,
         brokers=[_Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in live_brokers(broker)],
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.view.controller_id,
         topics=topics,
         error_code=0,
     )
@@ -44,7 +44,9 @@ async def _lookup(broker, name, topic_id, allow_create: bool):  # type: ignore[n
     if topic is None:
         if allow_create and broker.config.auto_create_topics_enable:
             try:
-                topic = await broker.catalog.create(broker.catalog.prepare(name, -1, {}))
+                prepared = broker.catalog.prepare(name, -1, {})
+                factor = broker.config.default_replication_factor
+                topic = await broker.catalog.create(prepared, broker.assign_replicas(range(prepared.partitions), factor))
             except ApiError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     return _Topic(error_code=exc.code, name=name, topic_id=ZERO_UUID, partitions=[])
@@ -56,12 +58,22 @@ async def _lookup(broker, name, topic_id, allow_create: bool):  # type: ignore[n
 
 
 def _describe(broker, topic: Topic):  # type: ignore[no-untyped-def]
-    node = broker.node_id
+    live = broker.view.brokers
+    states = broker.view.partitions_of(str(topic.topic_id))
     partitions = []
     for index in range(topic.partitions):
-        partition = broker.replicas.partitions.get((topic.name, index))
-        epoch = partition.leader_epoch if partition else 0
-        partitions.append(_Partition(error_code=0, partition_index=index, leader_id=node, leader_epoch=epoch,
-                                     replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+        state = states.get(index)
+        if state is None:  # being created: clients retry
+            partitions.append(_Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index,
+                                         leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
+                                         offline_replicas=[]))
+            continue
+        record = state.record
+        error = ErrorCode.NONE if record.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
+        partitions.append(_Partition(error_code=error, partition_index=index,
+                                     leader_id=record.leader if record.leader in live else -1,
+                                     leader_epoch=record.leader_epoch, replica_nodes=list(record.replicas),
+                                     isr_nodes=list(record.isr),
+                                     offline_replicas=[r for r in record.replicas if r not in live]))
     return _Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
                   partitions=partitions)

@@ -30,6 +30,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     metrics = broker.metrics
     topics = []
     diskless: list[tuple[list, int, PartitionAppend]] = []  # (results list, slot in it, append)
+    replicating: list[tuple[list, int, object, int]] = []  # acks=all: (results, slot, partition, end offset)
     for topic_data in request.topic_data:
         results: list = []
         try:
@@ -57,6 +58,8 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 continue
             if outcome.appended_bytes:
                 metrics.produced_bytes.inc(outcome.appended_bytes)
+            if acks == -1:
+                replicating.append((results, len(results), partition, outcome.end_offset))
             results.append(_Partition(index=data.index, error_code=0, base_offset=outcome.base_offset,
                                       log_append_time_ms=outcome.log_append_time_ms,
                                       log_start_offset=outcome.log_start_offset, record_errors=[],
@@ -68,6 +71,8 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
         if diskless:
             broker.wal.submit([append for _results, _slot, append in diskless])  # nobody waits for the answer
         return None
+    if replicating:
+        await _wait_replicated(broker, replicating, request.timeout_ms / 1000)
     if diskless:
         futures = broker.wal.submit([append for _results, _slot, append in diskless])
         for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
@@ -79,6 +84,17 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                                        log_append_time_ms=result.log_append_time_ms,
                                        log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
     return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+async def _wait_replicated(broker, waits, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    """acks=all on classic partitions: answer once the ISR holds the records (or say why not)."""
+    outcomes = await asyncio.gather(*(partition.wait_replicated(end, timeout_s) for _, _, partition, end in waits),
+                                    return_exceptions=True)
+    for (results, slot, partition, _end), outcome in zip(waits, outcomes):
+        if isinstance(outcome, ApiError):
+            results[slot] = _error(broker, partition.index, outcome.code, outcome.message)
+        elif isinstance(outcome, BaseException):
+            raise outcome
 
 
 def _error(broker, index: int, code: ErrorCode, message: str | None):  # type: ignore[no-untyped-def]

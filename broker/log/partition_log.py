@@ -588,6 +588,14 @@ class PartitionLog:
                 self._truncate_within(offset)
         self._write_checkpoint()
 
+    def restart_at(self, offset: int) -> None:
+        """Drop every entry and continue empty at ``offset`` (a follower whose leader deleted
+        what the follower still needs)."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            self._truncate_fully(offset)
+        self._write_checkpoint()
+
     def _truncate_within(self, offset: int) -> None:
         i = bisect.bisect_right(self._bases, offset) - 1
         seg = self._segments[i]

@@ -8,6 +8,10 @@ RECORD_VERSION = 1
 CLUSTER_KEY = "cluster"
 PRODUCER_ID_KEY = "producer-ids/next"
 TOPIC_PREFIX = "topics/"
+BROKER_PREFIX = "brokers/"
+CONTROLLER_KEY = "controller"
+PARTITION_PREFIX = "partitions/"
+NO_LEADER = -1
 
 
 class UnknownRecordVersion(ValueError):
@@ -33,8 +37,57 @@ class ProducerIdBlockRecord(msgspec.Struct, frozen=True):
     next_producer_id: int
 
 
+class BrokerRecord(msgspec.Struct, frozen=True):
+    """A live broker: written with the broker's lease, so it vanishes when the broker does."""
+
+    version: int
+    node_id: int
+    az: str | None
+    host: str  # Kafka listener, as advertised to clients
+    port: int
+    rpc_host: str | None  # inter-broker RPC listener; None for a broker that has none
+    rpc_port: int
+    stateless: bool
+    software_version: str
+    incarnation: str  # new on every start: a restart is a new registration
+
+
+class ControllerRecord(msgspec.Struct, frozen=True):
+    """The elected controller: written with its lease, created only when absent."""
+
+    version: int
+    node_id: int
+    incarnation: str
+
+
+class PartitionStateRecord(msgspec.Struct, frozen=True):
+    """Assignment and leadership of one partition. Changed only by compare-and-set on the
+    key's revision: the controller elects leaders, the leader changes the ISR."""
+
+    version: int
+    replicas: list[int]  # assignment; the first is the preferred leader
+    leader: int  # NO_LEADER when no eligible replica is alive
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int = 0  # bumped by every change, as KRaft does
+
+
 def topic_key(name: str) -> str:
     return TOPIC_PREFIX + name
+
+
+def broker_key(node_id: int) -> str:
+    return f"{BROKER_PREFIX}{node_id}"
+
+
+def partition_key(topic_id: str, index: int) -> str:
+    return f"{PARTITION_PREFIX}{topic_id}/{index}"
+
+
+def parse_partition_key(key: str) -> tuple[str, int]:
+    """(topic id, partition index) of a partition-state key."""
+    topic_id, _, index = key[len(PARTITION_PREFIX):].rpartition("/")
+    return topic_id, int(index)
 
 
 def encode(record: msgspec.Struct) -> bytes:

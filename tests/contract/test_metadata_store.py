@@ -571,11 +571,12 @@ def test_open_store_opens_etcd_urls(tmp_path: Path) -> None:
     from broker.metadata import open_store
     from broker.metadata.etcd import EtcdMetadataStore
 
-    store = open_store(BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379,10.0.0.2:2379/shoal"))
+    store = open_store(BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379,10.0.0.2:2379/shoal",
+                                  rpc_listen="127.0.0.1:9093"))
     assert isinstance(store, EtcdMetadataStore) and store.prefix == "shoal/"  # connects on first use
     asyncio.run(store.close())
     with pytest.raises(ConfigError):
-        open_store(BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379"))
+        open_store(BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379", rpc_listen="127.0.0.1:9093"))
     assert isinstance(open_store(BrokerConfig(data_dir=str(tmp_path))), LocalMetadataStore)
 
 

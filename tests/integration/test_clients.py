@@ -62,8 +62,11 @@ def test_compression_codecs(module_broker, producer, codec):
         data = raw_fetch(conn, versions, topic, 0, 0)
     from kafka.record.memory_records import MemoryRecords
     mr = MemoryRecords(bytes(data.records))
-    batch = mr.next_batch()
-    assert batch is not None, "no batch returned for partition 0"
-    assert batch.compression_type == CODEC_IDS[codec]
+    codecs = []
+    while (batch := mr.next_batch()) is not None:
+        codecs.append(batch.compression_type)
+    # librdkafka sends a batch uncompressed when compressing would not shrink it (a batch
+    # of one small record can be cut by timing), so look for the codec in any batch.
+    assert CODEC_IDS[codec] in codecs, f"batch codecs {codecs}"
     assert [r.value for r in decode_records(data.records)] == \
         [r.value for r in by_partition(recs)[0]]

@@ -22,15 +22,20 @@ async def start_core(data_dir: Path, clock: ManualClock, **overrides: str) -> Br
     config = load_config(overrides={"data.dir": str(data_dir), "metrics.listen": None, **overrides}, environ={})
     broker = Broker(config, clock)
     broker.cluster_id = "test"
-    await broker.catalog.load()
+    await broker.view.start()
+    await broker.membership.start()
     broker.replicas.start()
+    await broker.controller.step()
     await broker.groups.start()
     return broker
 
 
 async def stop_core(broker: Broker) -> None:
     await broker.groups.stop()
+    await broker.membership.stop()
+    await broker.view.stop()
     await broker.replicas.stop()
+    await broker.store.close()
 
 
 async def commit(broker: Broker, group: str, topic: str, partition: int, offset: int, generation: int = -1,
@@ -53,7 +58,7 @@ def test_offsets_survive_restart_and_compaction_bounds_the_log(tmp_path: Path, c
     async def scenario() -> None:
         broker = await start_core(tmp_path, clock, **{"offsets.topic.compaction.min.records": "50",
                                                        "offsets.topic.num.partitions": "3"})
-        await broker.catalog.create(broker.catalog.prepare("orders", 4, {}))
+        await broker.catalog.create(broker.catalog.prepare("orders", 4, {}), broker.assign_replicas(range(4), 1))
         for i in range(500):
             assert await commit(broker, "g", "orders", i % 4, i) == [ErrorCode.NONE]
         log = broker.replicas.get(OFFSETS_TOPIC, partition_for("g", 3)).log
@@ -91,7 +96,7 @@ def test_group_generation_survives_restart(tmp_path: Path, clock: ManualClock) -
 def test_offset_metadata_limit(tmp_path: Path, clock: ManualClock) -> None:
     async def scenario() -> None:
         broker = await start_core(tmp_path, clock, **{"offset.metadata.max.bytes": "4"})
-        await broker.catalog.create(broker.catalog.prepare("t", 1, {}))
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
         assert await commit(broker, "g", "t", 0, 1, metadata="1234") == [ErrorCode.NONE]
         assert await commit(broker, "g", "t", 0, 2, metadata="12345") == [ErrorCode.OFFSET_METADATA_TOO_LARGE]
         assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 1
@@ -102,7 +107,7 @@ def test_offset_metadata_limit(tmp_path: Path, clock: ManualClock) -> None:
 def test_unknown_group_with_generation(tmp_path: Path, clock: ManualClock) -> None:
     async def scenario() -> None:
         broker = await start_core(tmp_path, clock)
-        await broker.catalog.create(broker.catalog.prepare("t", 1, {}))
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
         assert await commit(broker, "nobody", "t", 0, 1, generation=3, member="m") == [ErrorCode.ILLEGAL_GENERATION]
         assert await commit(broker, "simple", "t", 0, 1) == [ErrorCode.NONE]
         assert await commit(broker, "simple", "t", 5, 1) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
@@ -114,7 +119,7 @@ def test_expiry_and_topic_deletion_remove_offsets(tmp_path: Path, clock: ManualC
     async def scenario() -> None:
         broker = await start_core(tmp_path, clock, **{"offsets.retention.minutes": "1"})
         for name in ("keep", "drop"):
-            await broker.catalog.create(broker.catalog.prepare(name, 1, {}))
+            await broker.catalog.create(broker.catalog.prepare(name, 1, {}), broker.assign_replicas(range(1), 1))
         await commit(broker, "a", "keep", 0, 7)
         await commit(broker, "b", "drop", 0, 9)
         await broker.catalog.delete("drop")

@@ -10,6 +10,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.clock import ManualClock
 from broker.config import load_config
+from broker.metadata.records import PartitionStateRecord
 from broker.partition import Partition
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.topic_config import effective
@@ -28,7 +29,13 @@ def batch(seq: int, count: int = 2, producer_id: int = 7, epoch: int = 0, ts: in
 
 def open_partition(directory: Path, clock: ManualClock, **overrides: str) -> Partition:
     settings = effective(overrides, load_config(environ={}))
-    return Partition.open("t", 0, directory, settings, clock, 86_400_000, on_append=lambda p: None)
+    return lead(Partition.open("t", 0, directory, settings, clock, 86_400_000, on_append=lambda p: None))
+
+
+def lead(partition: Partition) -> Partition:
+    """Make broker 0 the partition's only replica and leader, as a single broker is."""
+    partition.make_leader(0, PartitionStateRecord(1, [0], 0, 0, [0]), 1)
+    return partition
 
 
 @pytest.fixture

@@ -24,14 +24,14 @@ def test_mode_is_recorded_at_creation_and_kept_when_the_default_changes(tmp_path
     async def scenario() -> None:
         first = catalog(tmp_path)
         await first.load()
-        diskless = await first.create(first.prepare("d", 1, {}))
-        classic = await first.create(first.prepare("c", 1, {"diskless.enable": "false"}))
+        diskless = await first.create(first.prepare("d", 1, {}), {0: [0]})
+        classic = await first.create(first.prepare("c", 1, {"diskless.enable": "false"}), {0: [0]})
         assert diskless.settings.diskless and diskless.configs["diskless.enable"] == "true"
         assert not classic.settings.diskless and classic.settings.log.size_by_batch_bytes is False
         later = catalog(tmp_path, **{"diskless.default": "false"})
         await later.load()
         assert later.get("d").settings.diskless and not later.get("c").settings.diskless
-        assert not (await later.create(later.prepare("new", 1, {}))).settings.diskless
+        assert not (await later.create(later.prepare("new", 1, {}), {0: [0]})).settings.diskless
     asyncio.run(scenario())
 
 
@@ -39,7 +39,7 @@ def test_changing_the_mode_is_refused_and_other_changes_keep_it(tmp_path: Path) 
     async def scenario() -> None:
         topics = catalog(tmp_path)
         await topics.load()
-        await topics.create(topics.prepare("d", 1, {}))
+        await topics.create(topics.prepare("d", 1, {}), {0: [0]})
         with pytest.raises(ApiError) as info:
             await topics.set_configs("d", {"diskless.enable": "false"})
         assert info.value.code == ErrorCode.INVALID_CONFIG and "not supported yet" in info.value.message

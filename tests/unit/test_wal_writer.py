@@ -25,7 +25,7 @@ from broker.partition import Partition
 from broker.protocol.batch import crc_is_valid, parse_header
 from broker.protocol.errors import ErrorCode
 from broker.topic_config import effective
-from tests.unit.test_partition import CLOCK_START, batch
+from tests.unit.test_partition import CLOCK_START, batch, lead
 from walfiles.format import read_object
 from walfiles.keys import WalKeyAllocator, wal_prefix
 
@@ -37,14 +37,14 @@ class Lookup:
     """The catalog and replica lookups the committer needs, over a dict of real partitions."""
 
     def __init__(self, partitions: dict[int, Partition]) -> None:
-        self.partitions = partitions
+        self.partitions = {("t", index): partition for index, partition in partitions.items()}
         self.name = "t"
 
     def by_id(self, topic_id: uuid.UUID):  # type: ignore[no-untyped-def]
         return self if topic_id == TOPIC_ID else None
 
     def get(self, name: str, index: int) -> Partition:
-        return self.partitions[index]
+        return self.partitions[(name, index)]
 
 
 class Rig:
@@ -53,8 +53,8 @@ class Rig:
         self.settings = effective({"diskless.enable": "true", **{k: str(v) for k, v in overrides.items()
                                                                  if "." in k and not k.startswith("wal")}},
                                   load_config(environ={}))
-        self.partitions = {i: Partition.open("t", i, tmp_path / f"t-{i}", self.settings, self.clock, 86_400_000,
-                                             on_append=lambda p: None) for i in range(partitions)}
+        self.partitions = {i: lead(Partition.open("t", i, tmp_path / f"t-{i}", self.settings, self.clock,
+                                                  86_400_000, on_append=lambda p: None)) for i in range(partitions)}
         lookup = Lookup(self.partitions)
         self.committer = LocalCommitter(lookup, lookup, self.clock, deadline_ms=60_000)  # type: ignore[arg-type]
         self.store = store

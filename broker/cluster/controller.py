@@ -1,0 +1,159 @@
+"""The controller: one broker, elected through the store, that decides leadership.
+
+Election: the `controller` key is created only when absent, under the broker's lease, so it
+disappears with its holder and any broker may take over. The active controller reconciles
+every partition against the live brokers whenever membership changes (and every heartbeat
+interval as a safety net): dead brokers leave the ISR, dead leaders are replaced
+(elections.py), partitions without a state (written by an older version, or a creation cut
+short) get one, and every `leader.imbalance.check.interval.seconds` leadership moves back
+to preferred replicas. Every write is a compare-and-set on the partition state's revision,
+so a concurrent ISR change by a leader, or a deposed controller, can never overwrite a newer
+decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from ..metadata import KeyValue, MetadataError, RevisionConflict
+from ..metadata import records
+from . import elections
+from .placement import assign_replicas
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..config import BrokerConfig
+    from ..metadata import MetadataStore
+    from ..topics import TopicCatalog
+    from .membership import Membership
+    from .view import ClusterView
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, store: "MetadataStore", view: "ClusterView", catalog: "TopicCatalog",
+                 membership: "Membership", config: "BrokerConfig", clock: "Clock") -> None:
+        self._store = store
+        self._view = view
+        self._catalog = catalog
+        self._membership = membership
+        self._config = config
+        self._clock = clock
+        self.active = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_rebalance_ms = clock.monotonic_ms()
+        view.on_brokers_changed(self.wake)
+        view.on_controller_changed(lambda _node: self.wake())
+        catalog.subscribe(self._on_topic)
+        membership.on_new_lease(lambda _lease: self._resign("broker lease renewed"))
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _on_topic(self, _name: str, _topic: object) -> None:
+        self.wake()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _resign(self, why: str) -> None:
+        if self.active:
+            log.warning("controller %d resigns: %s", self._config.node_id, why)
+        self.active = False
+        self.wake()
+
+    async def _run(self) -> None:
+        interval_s = self._config.broker_heartbeat_interval_ms / 1000
+        while True:
+            self._wake.clear()
+            try:
+                await self.step()
+            except MetadataError as exc:
+                log.warning("controller step failed (%s); retrying", exc)
+            except Exception:
+                log.exception("controller step failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def step(self) -> None:
+        """Campaign if nobody holds the controller key; reconcile if we do."""
+        node_id = self._config.node_id
+        if self.active and self._view.controller_id not in (node_id, -1):
+            self._resign(f"broker {self._view.controller_id} holds the controller key")
+        if not self.active and self._view.controller_id == -1:
+            await self._campaign()
+        if self.active:
+            await self.reconcile()
+
+    async def _campaign(self) -> None:
+        lease = self._membership.lease
+        if lease is None:
+            return
+        record = records.ControllerRecord(records.RECORD_VERSION, self._config.node_id,
+                                          self._membership.record.incarnation)
+        try:
+            revision = await self._store.txn({records.CONTROLLER_KEY: 0},
+                                             puts={records.CONTROLLER_KEY: records.encode(record)}, lease=lease)
+        except RevisionConflict:
+            return
+        self.active = True
+        await self._view.apply_put(KeyValue(records.CONTROLLER_KEY, records.encode(record), revision, lease.id))
+        log.info("broker %d is the controller", self._config.node_id)
+
+    async def reconcile(self) -> None:
+        live = {b.node_id for b in self._view.brokers.values() if not b.stateless}
+        if not live:
+            return
+        await self._create_missing_states(live)
+        unclean = self._config.unclean_leader_election_enable
+        for pid, state in list(self._view.partitions.items()):
+            new = elections.reconcile(state.record, live, unclean)
+            if new is not None:
+                if new.leader != state.record.leader:
+                    log.info("partition %s/%d: leader %d -> %d (epoch %d), isr %s", *pid, state.record.leader,
+                             new.leader, new.leader_epoch, new.isr)
+                await self._write(pid, new, state.revision)
+        now = self._clock.monotonic_ms()
+        if self._config.auto_leader_rebalance_enable and \
+                now - self._last_rebalance_ms >= self._config.leader_imbalance_check_interval_seconds * 1000:
+            self._last_rebalance_ms = now
+            for pid, state in list(self._view.partitions.items()):
+                new = elections.preferred_leader(state.record, live)
+                if new is not None:
+                    log.info("partition %s/%d: preferred leader %d takes over (epoch %d)", *pid, new.leader,
+                             new.leader_epoch)
+                    await self._write(pid, new, state.revision)
+
+    async def _create_missing_states(self, live: set[int]) -> None:
+        brokers = [(b.node_id, b.az) for b in self._view.brokers.values() if b.node_id in live]
+        for topic in self._catalog.all():
+            missing = [i for i in range(topic.partitions) if (str(topic.topic_id), i) not in self._view.partitions]
+            if not missing:
+                continue
+            factor = min(len(brokers), 1 if not topic.internal else self._config.offsets_topic_replication_factor)
+            assignment = assign_replicas(missing, factor, brokers, start=random.randrange(len(brokers)))
+            for index, replicas in assignment.items():
+                record = records.PartitionStateRecord(records.RECORD_VERSION, replicas, replicas[0], 0, replicas)
+                await self._write((str(topic.topic_id), index), record, 0)
+
+    async def _write(self, pid: tuple[str, int], record: records.PartitionStateRecord, revision: int) -> None:
+        key = records.partition_key(*pid)
+        value = records.encode(record)
+        try:
+            new_revision = await self._store.put(key, value, expected_revision=revision)
+        except RevisionConflict:
+            self.wake()  # someone changed it first: look again with the newer state
+            return
+        await self._view.apply_put(KeyValue(key, value, new_revision))

@@ -1,0 +1,159 @@
+"""ClusterView: this broker's copy of the cluster metadata, kept current by one list and a
+watch over the store. It holds the live brokers, the controller and every partition state;
+topic records go to the TopicCatalog. Listeners hear of every change after it is applied.
+
+A watch that breaks (etcd restarting, history compacted) is re-established by listing again
+and diffing against what the view holds, so no change is ever missed, only coalesced. While
+the store is unreachable the view keeps its last state: brokers keep serving the leadership
+they have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..metadata import EventType, KeyValue, MetadataError, MetadataStore
+from ..metadata import records
+from ..topics import TopicCatalog
+
+log = logging.getLogger(__name__)
+
+PartitionId = tuple[str, int]  # (topic id as a string, partition index)
+RETRY_S = 0.5
+
+
+class PartitionState:
+    """A partition state record and the store revision it was read at (for compare-and-set)."""
+
+    __slots__ = ("record", "revision")
+
+    def __init__(self, record: records.PartitionStateRecord, revision: int) -> None:
+        self.record = record
+        self.revision = revision
+
+
+class ClusterView:
+    def __init__(self, store: MetadataStore, catalog: TopicCatalog) -> None:
+        self._store = store
+        self._catalog = catalog
+        self.brokers: dict[int, records.BrokerRecord] = {}
+        self.controller_id = -1
+        self.partitions: dict[PartitionId, PartitionState] = {}
+        self._keys: set[str] = set()  # every key applied, for the diff after a re-list
+        self._on_brokers: list[Callable[[], Any]] = []
+        self._on_partition: list[Callable[[PartitionId, PartitionState | None], Any]] = []
+        self._on_controller: list[Callable[[int], Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._revision = 0
+
+    # -- subscriptions --------------------------------------------------------------------
+    def on_brokers_changed(self, listener: Callable[[], Any]) -> None:
+        self._on_brokers.append(listener)
+
+    def on_partition_changed(self, listener: Callable[[PartitionId, PartitionState | None], Any]) -> None:
+        self._on_partition.append(listener)
+
+    def on_controller_changed(self, listener: Callable[[int], Any]) -> None:
+        self._on_controller.append(listener)
+
+    # -- queries ----------------------------------------------------------------------------
+    def live_ids(self) -> set[int]:
+        return set(self.brokers)
+
+    def partitions_of(self, topic_id: str) -> dict[int, PartitionState]:
+        return {index: state for (tid, index), state in self.partitions.items() if tid == topic_id}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load everything once (so the broker starts with a full picture), then follow."""
+        await self._relist()
+        self._task = asyncio.get_running_loop().create_task(self._follow(), name="cluster-view")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async with await self._store.watch("", start_revision=self._revision + 1) as watch:
+                    async for event in watch:
+                        self._revision = max(self._revision, event.revision)
+                        if event.type is EventType.PUT:
+                            await self.apply_put(event.kv)
+                        else:
+                            await self.apply_delete(event.kv.key)
+            except asyncio.CancelledError:
+                raise
+            except MetadataError as exc:
+                log.warning("metadata watch interrupted (%s); listing again", exc)
+            except Exception:
+                log.exception("metadata watch failed; listing again")
+            await asyncio.sleep(RETRY_S)
+            try:
+                await self._relist()
+            except MetadataError as exc:
+                log.warning("metadata store unreachable (%s); serving the last known state", exc)
+
+    async def _relist(self) -> None:
+        kvs, revision = await self._store.list_with_revision("")
+        present = {kv.key for kv in kvs}
+        for key in sorted(self._keys - present):
+            await self.apply_delete(key)
+        for kv in kvs:
+            await self.apply_put(kv)
+        self._revision = max(self._revision, revision)
+
+    # -- applying changes (also called directly by the writer, before its watch event) -----
+    async def apply_put(self, kv: KeyValue) -> None:
+        key = kv.key
+        self._keys.add(key)
+        if key.startswith(records.PARTITION_PREFIX):
+            known = self.partitions.get(records.parse_partition_key(key))
+            if known is not None and known.revision >= kv.revision:
+                return
+            state = PartitionState(records.decode(kv.value, records.PartitionStateRecord), kv.revision)
+            pid = records.parse_partition_key(key)
+            self.partitions[pid] = state
+            await self._tell(self._on_partition, pid, state)
+        elif key.startswith(records.BROKER_PREFIX):
+            record = records.decode(kv.value, records.BrokerRecord)
+            if self.brokers.get(record.node_id) != record:
+                self.brokers[record.node_id] = record
+                await self._tell(self._on_brokers)
+        elif key.startswith(records.TOPIC_PREFIX):
+            await self._catalog.apply_record(records.decode(kv.value, records.TopicRecord))
+        elif key == records.CONTROLLER_KEY:
+            node_id = records.decode(kv.value, records.ControllerRecord).node_id
+            if node_id != self.controller_id:
+                self.controller_id = node_id
+                await self._tell(self._on_controller, node_id)
+
+    async def apply_delete(self, key: str) -> None:
+        self._keys.discard(key)
+        if key.startswith(records.PARTITION_PREFIX):
+            pid = records.parse_partition_key(key)
+            if self.partitions.pop(pid, None) is not None:
+                await self._tell(self._on_partition, pid, None)
+        elif key.startswith(records.BROKER_PREFIX):
+            if self.brokers.pop(int(key[len(records.BROKER_PREFIX):]), None) is not None:
+                await self._tell(self._on_brokers)
+        elif key.startswith(records.TOPIC_PREFIX):
+            await self._catalog.apply_delete(key[len(records.TOPIC_PREFIX):])
+        elif key == records.CONTROLLER_KEY:
+            self.controller_id = -1
+            await self._tell(self._on_controller, -1)
+
+    @staticmethod
+    async def _tell(listeners: list[Callable[..., Any]], *args: Any) -> None:
+        for listener in listeners:
+            try:
+                result = listener(*args)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("cluster view listener %s failed", listener)

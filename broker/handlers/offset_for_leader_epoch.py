@@ -1,0 +1,35 @@
+"""OffsetForLeaderEpoch: where a leader epoch ends in the leader's log, so a consumer that
+saw a leader change can check its position was not truncated away (KIP-320). The answer is
+the epoch history's end offset for the largest epoch <= the one asked for (the log end
+offset for the current epoch), as Kafka's LeaderEpochFileCache.endOffsetFor computes it.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import OffsetForLeaderEpochResponse
+
+from ..protocol.errors import ApiError
+from .fetch import check_leader_epoch
+from .registry import api
+
+_Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+_Partition = _Topic.EpochEndOffset
+
+
+@api(23, versions=(2, 4))
+async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for asked in wanted.partitions:
+            try:
+                partition = broker.replicas.leader(wanted.topic, asked.partition)
+                check_leader_epoch(asked.current_leader_epoch, partition.leader_epoch)
+                epoch, end = partition.epochs.end_offset_for(asked.leader_epoch, partition.log.log_end_offset)
+                partitions.append(_Partition(error_code=0, partition=asked.partition, leader_epoch=epoch,
+                                             end_offset=end))
+            except ApiError as exc:
+                partitions.append(_Partition(error_code=exc.code, partition=asked.partition, leader_epoch=-1,
+                                             end_offset=-1))
+        topics.append(_Topic(topic=wanted.topic, partitions=partitions))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,133 @@
+"""The follower's side of replication: one fetch loop per leader broker, covering every
+partition this broker follows on it (as Kafka's ReplicaFetcherThread does).
+
+Each round sends the follower's log end offset and last fetched epoch per partition; the
+answer is either entries to append (as the leader stores them), a divergence point to
+truncate to (divergence.truncation_offset), or an error that waits for new metadata. An
+answer is applied only if the partition still follows the same leader in the same epoch
+as when the request was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ..metadata.records import NO_LEADER
+from ..protocol.errors import ErrorCode
+from ..rpc import RpcClientPool, RpcError
+from .divergence import truncation_offset
+from .messages import (
+    NO_DIVERGENCE,
+    REPLICATION_VERSION,
+    FetchedPartition,
+    FetchPartition,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+
+if TYPE_CHECKING:
+    from ..cluster.view import ClusterView
+    from ..config import BrokerConfig
+    from ..partition import Partition
+    from ..metrics import BrokerMetrics
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_MARGIN_S = 10.0
+
+
+class ReplicaFetcher:
+    def __init__(self, config: "BrokerConfig", view: "ClusterView",
+                 pool: RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse], metrics: "BrokerMetrics") -> None:
+        self._config = config
+        self._view = view
+        self._pool = pool
+        self._metrics = metrics
+        self._following: dict[int, dict[tuple[str, int], "Partition"]] = {}  # leader -> partitions
+        self._loops: dict[int, asyncio.Task[None]] = {}
+        self._wake: dict[int, asyncio.Event] = {}
+
+    def on_role_changed(self, partition: "Partition") -> None:
+        """Follow the partition's leader, or stop following when this broker leads it."""
+        for leader_id, partitions in self._following.items():
+            if partitions.pop(partition.key, None) is not None and leader_id in self._wake:
+                self._wake[leader_id].set()
+        leader_id = partition.leader_id
+        if partition.leader is not None or leader_id in (NO_LEADER, self._config.node_id):
+            return
+        self._following.setdefault(leader_id, {})[partition.key] = partition
+        if leader_id not in self._loops or self._loops[leader_id].done():
+            self._wake[leader_id] = asyncio.Event()
+            self._loops[leader_id] = asyncio.get_running_loop().create_task(
+                self._run(leader_id), name=f"replica-fetcher-{leader_id}")
+        self._wake[leader_id].set()
+
+    async def stop(self) -> None:
+        for task in self._loops.values():
+            task.cancel()
+        await asyncio.gather(*self._loops.values(), return_exceptions=True)
+
+    async def _run(self, leader_id: int) -> None:
+        backoff_s = self._config.replica_fetch_backoff_ms / 1000
+        while self._following.get(leader_id):
+            self._wake[leader_id].clear()
+            broker = self._view.brokers.get(leader_id)
+            if broker is None or broker.rpc_host is None:
+                await self._pause(leader_id, backoff_s)
+                continue
+            sent = list(self._following[leader_id].values())
+            epochs = {p.key: p.leader_epoch for p in sent}
+            request = ReplicaFetchRequest(
+                REPLICATION_VERSION, self._config.node_id, self._config.replica_fetch_wait_max_ms,
+                self._config.replica_fetch_max_bytes,
+                [FetchPartition(p.topic_id, p.index, p.log.log_end_offset, p.epochs.latest_epoch, p.leader_epoch)
+                 for p in sent])
+            client = self._pool.get(leader_id, broker.rpc_host, broker.rpc_port)
+            try:
+                response = await client.call(request, self._config.replica_fetch_wait_max_ms / 1000
+                                             + RPC_TIMEOUT_MARGIN_S)
+            except RpcError as exc:
+                log.info("replica fetch from broker %d failed: %s", leader_id, exc)
+                await self._pause(leader_id, backoff_s)
+                continue
+            stalled = True
+            for partition, result in zip(sent, response.partitions):
+                current = self._following.get(leader_id, {}).get(partition.key)
+                if current is not partition or partition.leader_epoch != epochs[partition.key]:
+                    continue  # moved on while the request was in flight
+                try:
+                    stalled &= not self._apply(partition, result)
+                except Exception:
+                    log.exception("%s-%d: applying a replica fetch failed", partition.topic, partition.index)
+            if stalled:
+                await self._pause(leader_id, backoff_s)
+
+    def _apply(self, partition: "Partition", result: FetchedPartition) -> bool:
+        """Apply one partition's answer; False when it made no progress (back off)."""
+        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and result.log_start_offset > partition.log.log_end_offset:
+            partition.restart_at(result.log_start_offset)
+            return True
+        if result.error_code:
+            log.debug("%s-%d: replica fetch error %s", partition.topic, partition.index,
+                      ErrorCode(result.error_code).name)
+            return False
+        if result.diverging_epoch != NO_DIVERGENCE:
+            offset, _complete = truncation_offset(partition.epochs, partition.log.log_end_offset,
+                                                  result.diverging_epoch, result.diverging_end_offset,
+                                                  high_watermark=partition.log.high_watermark)
+            partition.truncate_to(offset)
+            return True
+        appended = partition.append_replicated(result.entries, result.high_watermark)
+        self._metrics.replication_bytes.inc(appended)
+        start = min(result.log_start_offset, partition.log.high_watermark)
+        if start > partition.log.log_start_offset:  # the leader deleted records (retention, DeleteRecords)
+            partition.log.delete_records_before(start)
+        return True
+
+    async def _pause(self, leader_id: int, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake[leader_id].wait(), seconds)
+        except asyncio.TimeoutError:
+            pass

@@ -1,0 +1,95 @@
+"""ISR changes made by partition leaders: compare-and-set on the partition state.
+
+A leader shrinks the ISR when a follower has not caught up for `replica.lag.time.max.ms`
+and expands it when a follower holds everything committed. The write is a compare-and-set
+on the state's revision, so it fails (and is forgotten) when the controller or a newer
+leader changed the partition first: a deposed leader can never widen or narrow an ISR it
+no longer owns. Until the store confirms, the high watermark counts the larger of the old
+and proposed ISR (Kafka's "maximal ISR"), so no acknowledgement relies on a change that
+might not happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..metadata import KeyValue, MetadataError, RevisionConflict
+from ..metadata import records
+
+if TYPE_CHECKING:
+    from ..cluster.view import ClusterView
+    from ..clock import Clock
+    from ..metadata import MetadataStore
+    from ..partition import Partition
+    from ..replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+class IsrUpdater:
+    def __init__(self, store: "MetadataStore", view: "ClusterView", replicas: "ReplicaManager", clock: "Clock",
+                 lag_max_ms: int) -> None:
+        self._store = store
+        self._view = view
+        self._replicas = replicas
+        self._clock = clock
+        self._lag_max_ms = lag_max_ms
+        self._task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._check_lag(), name="isr-shrink")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._writes) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def maybe_expand(self, partition: "Partition", replica_id: int) -> None:
+        leader = partition.leader
+        if leader is not None and replica_id in leader.expand_candidates(partition.log.log_end_offset):
+            self._propose(partition, sorted(leader.isr | {replica_id}))
+
+    async def _check_lag(self) -> None:
+        while True:
+            await asyncio.sleep(self._lag_max_ms / 2000)
+            now = self._clock.now_ms()
+            for partition in list(self._replicas.partitions.values()):
+                leader = partition.leader
+                if leader is None:
+                    continue
+                lagging = leader.shrink_candidates(now, self._lag_max_ms, partition.log.log_end_offset)
+                if lagging:
+                    log.info("%s-%d: followers %s out of sync for more than %d ms", partition.topic,
+                             partition.index, sorted(lagging), self._lag_max_ms)
+                    self._propose(partition, sorted(leader.isr - lagging))
+
+    def _propose(self, partition: "Partition", isr: list[int]) -> None:
+        state = self._view.partitions.get((partition.topic_id, partition.index))
+        leader = partition.leader
+        if state is None or leader is None or state.revision != partition.state_revision or \
+                leader.pending_isr is not None:
+            return
+        leader.begin_isr_change(isr)
+        record = msgspec.structs.replace(state.record, isr=isr, partition_epoch=state.record.partition_epoch + 1)
+        task = asyncio.get_running_loop().create_task(self._write(partition, record, state.revision))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, partition: "Partition", record: records.PartitionStateRecord, revision: int) -> None:
+        key = records.partition_key(partition.topic_id, partition.index)
+        value = records.encode(record)
+        try:
+            new_revision = await self._store.put(key, value, expected_revision=revision)
+        except (RevisionConflict, MetadataError) as exc:
+            if partition.leader is not None:
+                partition.leader.abort_isr_change()
+            log.info("%s-%d: ISR change to %s not applied (%s)", partition.topic, partition.index, record.isr, exc)
+            return
+        log.info("%s-%d: ISR is now %s", partition.topic, partition.index, record.isr)
+        await self._view.apply_put(KeyValue(key, value, new_revision))

@@ -1,0 +1,94 @@
+"""The leader's side of replication: answers followers' ReplicaFetch requests.
+
+For each partition it checks leadership and the follower's idea of the leader epoch, finds
+where the follower's log diverges (divergence.py), records the follower's progress
+(LeaderState), advances the high watermark, proposes ISR expansion, and returns entries
+from the follower's log end offset up to the leader's own (not just the high watermark:
+followers copy everything). With nothing to send it long-polls like a consumer fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from ..log import OffsetOutOfRangeError
+from ..protocol.errors import ApiError, ErrorCode
+from .divergence import check_fetch_position
+from .messages import (
+    REPLICATION_VERSION,
+    FetchedPartition,
+    FetchPartition,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..replica_manager import ReplicaManager
+    from ..topics import TopicCatalog
+    from ..waiters import FetchWaiters
+    from .isr import IsrUpdater
+
+
+class ReplicaFetchService:
+    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", waiters: "FetchWaiters",
+                 isr: "IsrUpdater", clock: "Clock") -> None:
+        self._catalog = catalog
+        self._replicas = replicas
+        self._waiters = waiters
+        self._isr = isr
+        self._clock = clock
+        self.stopping = False
+
+    async def handle(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
+        if request.version != REPLICATION_VERSION:
+            raise ValueError(f"replica fetch version {request.version} is not supported")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+        while True:
+            budget = request.max_bytes
+            results = []
+            sent = 0
+            for wanted in request.partitions:
+                result = self._fetch(request.replica_id, wanted, budget - sent)
+                sent += sum(len(data) for _, data in result.entries)
+                results.append(result)
+            remaining = deadline - loop.time()
+            if sent or remaining <= 0 or self.stopping or any(r.error_code or r.diverging_epoch >= 0 for r in results):
+                return ReplicaFetchResponse(REPLICATION_VERSION, results)
+            await self._waiters.wait([(self._name(p), p.partition) for p in request.partitions], remaining)
+
+    def _name(self, wanted: FetchPartition) -> str:
+        topic = self._catalog.by_id(uuid.UUID(wanted.topic_id))
+        return topic.name if topic is not None else ""
+
+    def _fetch(self, replica_id: int, wanted: FetchPartition, max_bytes: int) -> FetchedPartition:
+        partition = None
+        try:
+            partition = self._replicas.leader(self._name(wanted), wanted.partition)
+            if wanted.current_leader_epoch != partition.leader_epoch:
+                code = ErrorCode.FENCED_LEADER_EPOCH if wanted.current_leader_epoch < partition.leader_epoch \
+                    else ErrorCode.UNKNOWN_LEADER_EPOCH
+                raise ApiError(code, f"follower epoch {wanted.current_leader_epoch}, leader epoch {partition.leader_epoch}")
+            log = partition.log
+            leo = log.log_end_offset
+            if wanted.fetch_offset < log.log_start_offset or wanted.fetch_offset > leo:
+                raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
+            diverging = check_fetch_position(partition.epochs, leo, wanted.fetch_offset, wanted.last_fetched_epoch)
+            if diverging is not None:
+                return FetchedPartition(wanted.topic_id, wanted.partition, 0, log.high_watermark, log.log_start_offset,
+                                        diverging[0], diverging[1])
+            assert partition.leader is not None
+            if partition.leader.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
+                partition.advance_high_watermark()
+                self._isr.maybe_expand(partition, replica_id)
+            entries = [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)] \
+                if wanted.fetch_offset < leo and max_bytes > 0 else []
+            return FetchedPartition(wanted.topic_id, wanted.partition, 0, log.high_watermark, log.log_start_offset,
+                                    entries=entries)
+        except ApiError as exc:
+            log_ = partition.log if partition is not None else None
+            return FetchedPartition(wanted.topic_id, wanted.partition, int(exc.code),
+                                    log_.high_watermark if log_ else -1, log_.log_start_offset if log_ else -1)

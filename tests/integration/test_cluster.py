@@ -1,0 +1,272 @@
+"""A 3-broker, 3-AZ cluster (etcd, moto, real broker processes from `shoal dev cluster`'s
+launcher) driven by real clients: leader failover under idempotent acks=all traffic on a
+classic and a diskless topic, losing two of three brokers, an etcd restart with a split-brain
+check, and consumer groups losing their coordinator. Every acknowledged record must be read
+back exactly once and in order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from broker.devcluster import DevCluster
+from broker.protocol.errors import ErrorCode
+from tests.etcd_server import require_etcd_binary
+from tests.integration.clients import (
+    BackgroundProducer,
+    RawConnection,
+    api_versions,
+    build_batch,
+    check_sequences,
+    describe_topic_configs_kafka_python,
+    kp_admin,
+    produce_kafka_python,
+    make_records,
+    raw_produce,
+    read_all,
+)
+from tests.integration.harness import wait_until
+
+FAILOVER_TARGET_S = 10.0  # the issue's bound on kill -9 -> new leader, with default settings
+POLL_S = 0.25  # admin clients connect on every poll
+RF3 = {"min.insync.replicas": "2"}
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[DevCluster]:
+    require_etcd_binary()
+    with DevCluster(3, 3, work_dir=tmp_path / "cluster") as running:
+        yield running
+
+
+def create(cluster: DevCluster, name: str, replicas: list[list[int]], **configs: str) -> None:
+    from kafka.admin import NewTopic
+    admin = kp_admin(cluster.bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, replica_assignments=dict(enumerate(replicas)),
+                                      topic_configs={**RF3, **configs})])
+    finally:
+        admin.close()
+    wait_until(lambda: all(leader_of(cluster, name, p, via=n) == r[0]
+                           for p, r in enumerate(replicas) for n in range(3)), 20, interval_s=POLL_S, what=f"{name} leaders")
+
+
+def partition_state(cluster: DevCluster, topic: str, partition: int, via: int) -> tuple[int, list[int], int]:
+    """(leader, isr, leader epoch) as broker `via` answers Metadata."""
+    admin = kp_admin(cluster.broker(via).bootstrap)
+    try:
+        [described] = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    found = next(p for p in described["partitions"] if p["partition_index"] == partition)
+    return found["leader_id"], sorted(found["isr_nodes"]), found["leader_epoch"]
+
+
+def leader_of(cluster: DevCluster, topic: str, partition: int, via: int) -> int:
+    try:
+        return partition_state(cluster, topic, partition, via)[0]
+    except Exception:  # noqa: BLE001 - the broker asked may be starting or gone
+        return -2
+
+
+def test_leader_kill9_fails_over_within_10s_and_loses_nothing(cluster: DevCluster) -> None:
+    topics = {"fo-classic": "false", "fo-diskless": "true"}
+    for name, diskless in topics.items():
+        create(cluster, name, [[0, 1, 2]], **{"diskless.enable": diskless})
+    producers = {name: BackgroundProducer(cluster.bootstrap, name, 1, enable_idempotence=True, acks="all").start()
+                 for name in topics}
+    try:
+        wait_until(lambda: all(p.acked_count() > 100 for p in producers.values()), 30, interval_s=POLL_S, what="traffic")
+        _, _, epoch_before = partition_state(cluster, "fo-classic", 0, via=1)
+        killed_at = time.monotonic()
+        cluster.kill(0)  # leader of both partitions, and the controller (the first broker up)
+        wait_until(lambda: all(leader_of(cluster, t, 0, via=1) in (1, 2) for t in topics), 30,
+                   what="new leaders")
+        failover_s = time.monotonic() - killed_at
+        assert failover_s < FAILOVER_TARGET_S, f"new leaders after {failover_s:.1f} s"
+        assert partition_state(cluster, "fo-classic", 0, via=1)[2] > epoch_before, "leader epoch bumped"
+        assert_epoch_end(cluster, "fo-classic", epoch_before, via=partition_state(cluster, "fo-classic", 0, via=1)[0])
+        acked = {name: p.acked_count() for name, p in producers.items()}
+        wait_until(lambda: all(p.acked_count() > acked[n] + 100 for n, p in producers.items()), 30,
+                   what="producers continue on the new leaders")
+        cluster.restart(0, graceful=False)
+        wait_until(lambda: all(partition_state(cluster, t, 0, via=1)[1] == [0, 1, 2] for t in topics), 60,
+                   what="restarted broker back in the ISR")
+    finally:
+        for producer in producers.values():
+            producer.close()
+    for name, producer in producers.items():
+        assert producer.acked_count() > 200
+        check_sequences(read_all(cluster.bootstrap, name, 1), producer.acked)
+
+
+def test_two_of_three_down_refuses_acks_all_and_resumes_when_one_returns(cluster: DevCluster) -> None:
+    for name, diskless in (("two-classic", "false"), ("two-diskless", "true")):
+        create(cluster, name, [[1, 2, 0]], **{"diskless.enable": diskless})
+        recs = make_records(50, partitions=1, tag=name)
+        offsets = produce_kafka_python(cluster.bootstrap, name, recs, acks="all")
+        assert offsets == list(range(50))
+    cluster.kill(1)
+    cluster.kill(2)
+    versions = api_versions(cluster.broker(0).bootstrap)
+
+    def produce_via_0(topic: str) -> int:
+        with RawConnection(cluster.broker(0).bootstrap) as conn:
+            return raw_produce(conn, versions, topic, 0, build_batch([(None, b"after")]))[0]
+
+    for name in ("two-classic", "two-diskless"):
+        wait_until(lambda: leader_of(cluster, name, 0, via=0) == 0, 30, interval_s=POLL_S, what=f"{name}: broker 0 leads")
+        wait_until(lambda: produce_via_0(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 30,
+                   what=f"{name}: NOT_ENOUGH_REPLICAS with one live replica")
+    cluster.restart(1, graceful=False)
+    for name in ("two-classic", "two-diskless"):
+        wait_until(lambda: produce_via_0(name) == ErrorCode.NONE, 60, interval_s=POLL_S, what=f"{name}: produce resumes")
+        got = read_all(cluster.bootstrap, name, 1)[0]
+        assert [r.value for r in got[:50]] == [r.value for r in make_records(50, partitions=1, tag=name)]
+        assert got[-1].value == b"after"
+
+
+def test_etcd_restart_keeps_leadership_and_never_two_leaders(cluster: DevCluster) -> None:
+    create(cluster, "etcd-traffic", [[0, 1, 2], [1, 2, 0], [2, 0, 1]], **{"diskless.enable": "false"})
+    create(cluster, "etcd-probe", [[0, 1, 2], [1, 2, 0], [2, 0, 1]], **{"diskless.enable": "false"})
+    producer = BackgroundProducer(cluster.bootstrap, "etcd-traffic", 3, enable_idempotence=True, acks="all").start()
+    try:
+        wait_until(lambda: producer.acked_count() > 100, 30, interval_s=POLL_S, what="traffic")
+        assert cluster.etcd is not None
+        cluster.etcd.kill()
+        before = producer.acked_count()
+        wait_until(lambda: producer.acked_count() > before + 100, 30, interval_s=POLL_S, what="traffic while etcd is down")
+        time.sleep(8)  # longer than broker.session.timeout.ms: leases would have expired
+        assert_one_leader_per_partition(cluster, "etcd-probe")
+        cluster.etcd.start()
+        before = producer.acked_count()
+        wait_until(lambda: producer.acked_count() > before + 100, 30, interval_s=POLL_S, what="traffic after etcd is back")
+        time.sleep(8)  # the brokers' sessions recover and the controller looks again
+        assert_one_leader_per_partition(cluster, "etcd-probe")
+        for node in range(3):
+            assert [partition_state(cluster, "etcd-traffic", p, via=node)[0] for p in range(3)] == [0, 1, 2]
+    finally:
+        producer.close()
+    check_sequences(read_all(cluster.bootstrap, "etcd-traffic", 3), producer.acked)
+
+
+def assert_epoch_end(cluster: DevCluster, topic: str, old_epoch: int, via: int) -> None:
+    """OffsetForLeaderEpoch on the new leader: the old epoch ends where the new one starts,
+    at or below the log end offset; an unknown partition is refused."""
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest as Request
+
+    address = cluster.broker(via).bootstrap
+    partition = Request.OffsetForLeaderTopic.OffsetForLeaderPartition
+    request = Request(replica_id=-1, topics=[Request.OffsetForLeaderTopic(topic=topic, partitions=[
+        partition(partition=0, current_leader_epoch=-1, leader_epoch=old_epoch),
+        partition(partition=9, current_leader_epoch=-1, leader_epoch=old_epoch)])])
+    with RawConnection(address) as conn:
+        answer = conn.request(request, 4, timeout_s=10).topics[0].partitions
+    ended, unknown = answer
+    assert (ended.error_code, ended.leader_epoch) == (0, old_epoch) and ended.end_offset > 0
+    assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def assert_one_leader_per_partition(cluster: DevCluster, topic: str) -> None:
+    """Send one record to every partition through every broker: exactly one may accept it."""
+    for partition in range(3):
+        accepted = []
+        for node in range(3):
+            address = cluster.broker(node).bootstrap
+            with RawConnection(address) as conn:
+                code, _ = raw_produce(conn, api_versions(address), topic, partition,
+                                      build_batch([(None, b"probe")]), acks=1)
+            if code == ErrorCode.NONE:
+                accepted.append(node)
+            else:
+                assert code == ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {node}: {ErrorCode(code).name}"
+        assert len(accepted) == 1, f"{topic}-{partition}: accepted by brokers {accepted}"
+
+
+def test_group_offsets_survive_the_loss_of_their_coordinator(cluster: DevCluster) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    create(cluster, "grp", [[0, 1, 2], [1, 2, 0]], **{"diskless.enable": "true"})
+    produce_kafka_python(cluster.bootstrap, "grp", make_records(40, partitions=2, tag="grp"), acks="all")
+    consumer = KafkaConsumer("grp", bootstrap_servers=cluster.bootstrap, group_id="survivors",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 40 and time.monotonic() < deadline:
+            seen += sum(len(batch) for batch in consumer.poll(timeout_ms=500).values())
+        assert seen == 40
+        consumer.commit()
+        # kafka-python names the coordinator's connection "coordinator-<node id>"
+        coordinator = int(str(consumer._coordinator.coordinator_id).removeprefix("coordinator-"))
+    finally:
+        consumer.close()
+    assert coordinator in (0, 1, 2)
+    cluster.kill(coordinator)
+    survivor = next(n for n in range(3) if n != coordinator)
+
+    def committed() -> dict[int, int | None]:
+        reader = KafkaConsumer(bootstrap_servers=cluster.broker(survivor).bootstrap, group_id="survivors",
+                               enable_auto_commit=False, request_timeout_ms=5000)
+        try:
+            return {p: reader.committed(TopicPartition("grp", p)) for p in (0, 1)}
+        except Exception:  # noqa: BLE001 - NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until it moves
+            return {}
+        finally:
+            reader.close()
+
+    wait_until(lambda: committed() == {0: 20, 1: 20}, 30, interval_s=POLL_S,
+               what="committed offsets from the new coordinator")
+
+
+def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+
+    def admin_of(node: int):  # type: ignore[no-untyped-def]
+        return kp_admin(cluster.broker(node).bootstrap)
+
+    def retention_on(node: int) -> str | None:
+        return describe_topic_configs_kafka_python(cluster.broker(node).bootstrap, "admin-t").get("retention.ms")
+
+    def partitions_on(node: int) -> list[int]:
+        try:
+            admin = admin_of(node)
+            try:
+                [described] = admin.describe_topics(["admin-t"])
+            finally:
+                admin.close()
+        except Exception:  # noqa: BLE001 - deleted: the admin client raises
+            return []
+        return sorted(p["leader_id"] for p in described["partitions"] if p["error_code"] == 0)
+
+    admin = admin_of(0)
+    try:
+        admin.create_topics([NewTopic("admin-t", 2, 3)])
+    finally:
+        admin.close()
+    wait_until(lambda: all(len(partitions_on(n)) == 2 for n in range(3)), 20, interval_s=POLL_S,
+               what="the topic on every broker")
+    admin = admin_of(1)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "admin-t", configs={"retention.ms": "12345"})])
+        admin.create_partitions({"admin-t": NewPartitions(total_count=4)})
+    finally:
+        admin.close()
+    wait_until(lambda: all(retention_on(n) == "12345" for n in range(3)), 20, interval_s=POLL_S,
+               what="the config change on every broker")
+    wait_until(lambda: all(len(partitions_on(n)) == 4 for n in range(3)), 20, interval_s=POLL_S,
+               what="four partitions with leaders on every broker")
+    hosted = [cluster.broker(n).partition_dir("admin-t", p) for n in range(3) for p in range(4)]
+    assert all(d.exists() for d in hosted), "RF=3 over 3 brokers: every broker hosts every partition"
+    admin = admin_of(2)
+    try:
+        admin.delete_topics(["admin-t"])
+    finally:
+        admin.close()
+    wait_until(lambda: all(partitions_on(n) == [] for n in range(3)), 20, interval_s=POLL_S,
+               what="the topic gone from every broker")
+    wait_until(lambda: not any(d.exists() for d in hosted), 20, interval_s=POLL_S,
+               what="partition directories deleted on every broker")
