@@ -38,7 +38,9 @@ RF3 = {"min.insync.replicas": "2"}
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[DevCluster]:
     require_etcd_binary()
-    with DevCluster(3, 3, work_dir=tmp_path / "cluster") as running:
+    # Default settings except how often leadership returns to preferred replicas (300 s).
+    with DevCluster(3, 3, work_dir=tmp_path / "cluster",
+                    settings={"leader.imbalance.check.interval.seconds": "1"}) as running:
         yield running
 
 
@@ -94,7 +96,9 @@ def test_leader_kill9_fails_over_within_10s_and_loses_nothing(cluster: DevCluste
                    what="producers continue on the new leaders")
         cluster.restart(0, graceful=False)
         wait_until(lambda: all(partition_state(cluster, t, 0, via=1)[1] == [0, 1, 2] for t in topics), 60,
-                   what="restarted broker back in the ISR")
+                   interval_s=POLL_S, what="restarted broker back in the ISR")
+        wait_until(lambda: all(leader_of(cluster, t, 0, via=2) == 0 for t in topics), 15, interval_s=POLL_S,
+                   what="leadership back on the preferred replica")
     finally:
         for producer in producers.values():
             producer.close()
@@ -111,19 +115,24 @@ def test_two_of_three_down_refuses_acks_all_and_resumes_when_one_returns(cluster
         assert offsets == list(range(50))
     cluster.kill(1)
     cluster.kill(2)
-    versions = api_versions(cluster.broker(0).bootstrap)
 
-    def produce_via_0(topic: str) -> int:
-        with RawConnection(cluster.broker(0).bootstrap) as conn:
-            return raw_produce(conn, versions, topic, 0, build_batch([(None, b"after")]))[0]
+    def produce_to_leader(topic: str) -> int:
+        """acks=all to the leader broker 0 names (leadership returns to broker 1 once it is back)."""
+        leader = leader_of(cluster, topic, 0, via=0)
+        if leader not in (0, 1):
+            return -1
+        address = cluster.broker(leader).bootstrap
+        with RawConnection(address) as conn:
+            return raw_produce(conn, api_versions(address), topic, 0, build_batch([(None, b"after")]))[0]
 
     for name in ("two-classic", "two-diskless"):
         wait_until(lambda: leader_of(cluster, name, 0, via=0) == 0, 30, interval_s=POLL_S, what=f"{name}: broker 0 leads")
-        wait_until(lambda: produce_via_0(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 30,
+        wait_until(lambda: produce_to_leader(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 30, interval_s=POLL_S,
                    what=f"{name}: NOT_ENOUGH_REPLICAS with one live replica")
     cluster.restart(1, graceful=False)
     for name in ("two-classic", "two-diskless"):
-        wait_until(lambda: produce_via_0(name) == ErrorCode.NONE, 60, interval_s=POLL_S, what=f"{name}: produce resumes")
+        wait_until(lambda: produce_to_leader(name) == ErrorCode.NONE, 60, interval_s=POLL_S,
+                   what=f"{name}: produce resumes")
         got = read_all(cluster.bootstrap, name, 1)[0]
         assert [r.value for r in got[:50]] == [r.value for r in make_records(50, partitions=1, tag=name)]
         assert got[-1].value == b"after"
