@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.produce_consume
 	$(BIN)/python -m tests.bench.groups
 	$(BIN)/python -m tests.bench.diskless
+	$(BIN)/python -m tests.bench.cluster
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
