@@ -28,10 +28,15 @@ from .metrics import BrokerMetrics, MetricsServer
 from .objectstore import ObjectStore, open_object_store
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
+from .routing.cross_az import CrossAzBytes
+from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
 from .replication.leader_service import ReplicaFetchService
-from .replication.messages import RpcRequest, RpcResponse
+from .replication.read_service import ReplicaReadService
+from .peer_service import PeerRequest, PeerResponse, PeerService
+from .diskless.commit_router import CommitRouter
+from .handlers.forwarding import answer_forwarded
 from .rpc import RpcClientPool, RpcServer
 from .server import KafkaServer
 from .topics import TopicCatalog
@@ -54,16 +59,20 @@ class Broker:
         self.waiters = FetchWaiters()
         self.replicas = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters)
         self.incarnation = uuid.uuid4().hex
+        self.router = AzRouter(self.view, config.az)
         self.membership = Membership(self.store, self._registration(), config.broker_session_timeout_ms,
                                      config.broker_heartbeat_interval_ms, self.view.apply_put)
         self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock)
         self.isr = IsrUpdater(self.store, self.view, self.replicas, self.clock, config.replica_lag_time_max_ms)
-        self.rpc_pool: RpcClientPool[RpcRequest, RpcResponse] = RpcClientPool(RpcRequest, RpcResponse)
-        self.fetcher = ReplicaFetcher(config, self.view, self.rpc_pool, self.metrics)
+        self.cross_az = CrossAzBytes(self.metrics.cross_az_bytes, self.view, config.az)
+        self.rpc_pool: RpcClientPool[PeerRequest, PeerResponse] = RpcClientPool(
+            PeerRequest, PeerResponse, on_bytes=self.cross_az.rpc_bytes)
+        self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = RpcClientPool(
+            PeerRequest, PeerResponse, on_bytes=self.cross_az.replication_bytes)
+        self.fetcher = ReplicaFetcher(config, self.view, self.replication_pool, self.metrics, self.cross_az)
         self.replicas.on_role_changed(self.fetcher.on_role_changed)
         self.replica_service = ReplicaFetchService(self.catalog, self.replicas, self.waiters, self.isr, self.clock)
-        self.rpc_server: RpcServer[RpcRequest, RpcResponse] = RpcServer(self.replica_service.handle, RpcRequest,
-                                                                        RpcResponse)
+        self.read_service = ReplicaReadService(self.catalog, self.replicas, self.waiters)
         self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
         self.metrics.leader_partitions.set_function(
             lambda: sum(1 for p in self.replicas.partitions.values() if p.leader is not None))
@@ -80,6 +89,11 @@ class Broker:
                                  on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc())
         self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
         self.committer = LocalCommitter(self.catalog, self.replicas, self.clock, config.wal_commit_deadline_ms)
+        self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
+        self.peers = PeerService(self.replica_service, self.committer, self.read_service,
+                                 lambda message: answer_forwarded(self, message))
+        self.rpc_server: RpcServer[PeerRequest, PeerResponse] = RpcServer(self.peers.handle, PeerRequest,
+                                                                          PeerResponse)
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
         self.server = KafkaServer(self)
@@ -123,13 +137,14 @@ class Broker:
         await self.groups.stop()
         await self.server.stop()
         await self.wal.close()
-        self.replica_service.stopping = True
+        self.replica_service.stopping = self.read_service.stopping = True
         await self.controller.stop()
         await self.membership.stop()  # followers and the controller learn of it now
         await self.isr.stop()
         await self.fetcher.stop()
         await self.rpc_server.stop()
         await self.rpc_pool.close()
+        await self.replication_pool.close()
         await self.view.stop()
         await self.replicas.stop()
         await self.objects.close()
@@ -157,7 +172,7 @@ class Broker:
     def _start_diskless(self) -> None:
         config = self.config
         keys = WalKeyAllocator("", self.cluster_id, self.node_id, self.clock.now_ms)
-        self.wal = WalWriter(self.objects, keys, self.committer, self.cache, self.metrics,
+        self.wal = WalWriter(self.objects, keys, self.commit_router, self.cache, self.metrics,
                              buffer_max_bytes=config.wal_buffer_max_bytes, linger_ms=config.wal_linger_ms,
                              max_inflight_bytes=config.wal_max_inflight_bytes)
         prefix = wal_prefix("", self.cluster_id)

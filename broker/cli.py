@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster = dev.add_parser("cluster", help="etcd, an S3 endpoint (moto) and N brokers on loopback; Ctrl-C stops all")
     cluster.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     cluster.add_argument("--azs", type=int, help="AZs az1..azM, brokers go round-robin (default: min(3, brokers))")
+    cluster.add_argument("--stateless-per-az", type=int, default=0, metavar="N",
+                         help="also start N stateless brokers (--stateless) in each AZ (default 0)")
     cluster.add_argument("--dir", metavar="DIR", help="empty work dir for data and logs, kept at exit "
                                                       "(default: a temporary dir, removed at exit)")
     cluster.add_argument("--base-port", type=int, metavar="PORT",
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "dev":
         from .devcluster.cluster import main as dev_cluster  # late: the broker needs none of it
-        return dev_cluster(args.brokers, args.azs, args.dir, args.base_port, dict(args.set))
+        return dev_cluster(args.brokers, args.azs, args.dir, args.base_port, dict(args.set), args.stateless_per_az)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, object] = {}
@@ -81,10 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
         print(f"shoal: {exc}", file=sys.stderr)
-        return 2
-    if config.stateless:
-        print("shoal: --stateless brokers need the cluster mode (etcd metadata), which is not available yet",
-              file=sys.stderr)
         return 2
     from .broker import run
     try:

@@ -131,6 +131,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
                               f"wal.buffer.max.bytes ({self.wal_buffer_max_bytes})")
         if self.stateless and self.data_dir is not None and self.data_dir != "./data":
             raise ConfigError("--stateless and data.dir are exclusive: a stateless broker has no data dir")
+        if self.stateless and (not self.metadata.startswith("etcd://") or self.object_store is None):
+            raise ConfigError("a stateless broker keeps nothing locally: it needs etcd metadata (--metadata "
+                              "etcd://...) and a shared object store (--object-store s3://...)")
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -53,8 +53,7 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
         raise ConnectionFault(f"unsupported version {api_version} of API {api_key} "
                               f"(supported {handler.min_version}-{handler.max_version})")
     try:
-        header, body_offset = parse_request_header(frame, is_flexible(api_key, api_version),
-                                                   "/" + peer.rpartition(":")[0])
+        header, body_offset = parse_request_header(frame, is_flexible(api_key, api_version), peer)
         request = decode_request(api_key, api_version, frame, body_offset)
     except Exception as exc:  # the decoder raises many types on garbage; all mean "malformed"
         raise ConnectionFault(f"malformed request (API {api_key} v{api_version}): {exc!r}") from None
@@ -69,6 +68,10 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
         raise ConnectionFault("internal error while handling the request") from None
     finally:
         broker.metrics.observe_request(api_key, time.perf_counter() - started)
+    client_az, named = broker.router.client_az(header)
     if response is None:
+        broker.cross_az.client_bytes(client_az, named, len(frame))
         return None
-    return encode_response(header, response)
+    encoded = encode_response(header, response)
+    broker.cross_az.client_bytes(client_az, named, len(frame) + sum(len(part) for part in encoded))
+    return encoded

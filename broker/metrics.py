@@ -53,6 +53,13 @@ class BrokerMetrics:
         self.under_replicated_partitions = Gauge(
             "shoal_under_replicated_partitions", "Partitions this broker leads whose ISR is smaller than their "
             "replica set (Kafka's UnderReplicatedPartitions).", registry=r)
+        self.wal_commit_requests = Counter(
+            "shoal_wal_commit_requests", "Commit requests sent for WAL objects, to this broker's own partitions "
+            "(local) or to a leader elsewhere (remote): one per leader broker per object.", ["target"], registry=r)
+        self.cross_az_bytes = Counter(
+            "shoal_cross_az_bytes", "Bytes exchanged with peers or clients in another AZ, by kind: records "
+            "(record batches between brokers), metadata (other inter-broker RPC), client (clients that named "
+            "another AZ).", ["kind"], registry=r)
         self.controller_active = Gauge("shoal_controller_active", "1 on the broker that is the controller.",
                                        registry=r)
         # Object store and diskless topics

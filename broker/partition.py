@@ -74,6 +74,21 @@ def validate_batches(records: memoryview, settings: TopicSettings, now_ms: int) 
     return found
 
 
+def prepare_diskless(records: memoryview, settings: TopicSettings, now_ms: int) -> list[tuple[memoryview, bytes]]:
+    """Representative side of a diskless produce: validate like append_records and return
+    each batch (unmodified, for the WAL object) with the 61-byte header to commit. Needs no
+    replica of the partition: the leader checks producer state and the ISR at commit."""
+    prepared = []
+    for pos, header in validate_batches(records, settings, now_ms):
+        batch = records[pos:pos + header.size]
+        if settings.log_append_time:
+            head = bytes(batches.log_append_time_header(batch, header, now_ms))
+        else:
+            head = bytes(batch[:BATCH_HEADER_SIZE])
+        prepared.append((batch, head))
+    return prepared
+
+
 def _check_timestamps(header: BatchHeader, settings: TopicSettings, now_ms: int) -> None:
     earliest = now_ms - settings.timestamp_before_max_ms
     latest = now_ms + settings.timestamp_after_max_ms
@@ -276,22 +291,6 @@ class Partition:
                 batches.stamp_log_append_time(data, header, now_ms)
             items.append((header, data))
         return self._append(EntryKind.RECORDS, items)
-
-    def prepare_diskless(self, records: memoryview, acks: int) -> list[tuple[memoryview, bytes]]:
-        """Representative side of a diskless produce: validate like append_records and return
-        each batch (unmodified, for the WAL object) with the 61-byte header to commit."""
-        now_ms = self._clock.now_ms()
-        found = validate_batches(records, self.settings, now_ms)
-        self.check_acks(acks)
-        prepared = []
-        for pos, header in found:
-            batch = records[pos:pos + header.size]
-            if self.settings.log_append_time:
-                head = bytes(batches.log_append_time_header(batch, header, now_ms))
-            else:
-                head = bytes(batch[:BATCH_HEADER_SIZE])
-            prepared.append((batch, head))
-        return prepared
 
     def append_coordinates(self, batches_: list[tuple[bytes, WalRef]], acks: int) -> AppendOutcome:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the

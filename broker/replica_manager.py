@@ -37,7 +37,7 @@ class ReplicaManager:
         self._clock = clock
         self._metrics = metrics
         self.waiters = waiters
-        self._dir = config.data_path / "logs"
+        self._dir = None if config.stateless else config.data_path / "logs"  # stateless: hosts nothing
         self.partitions: dict[PartitionKey, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
         catalog.subscribe(self._on_topic_change)
@@ -49,7 +49,8 @@ class ReplicaManager:
         self._role_listeners.append(listener)
 
     def start(self) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
+        if self._dir is not None:
+            self._dir.mkdir(parents=True, exist_ok=True)
         self._started = True
         for pid, state in list(self._view.partitions.items()):
             self._on_partition_state(pid, state)
@@ -89,7 +90,7 @@ class ReplicaManager:
 
     # -- partition states ------------------------------------------------------------------
     def _on_partition_state(self, pid: PartitionId, state: PartitionState | None) -> None:
-        if state is None or not self._started or self._config.stateless:
+        if state is None or not self._started or self._dir is None:
             return
         topic = self._catalog.by_id(uuid.UUID(pid[0]))
         record = state.record
@@ -120,6 +121,7 @@ class ReplicaManager:
                 self._on_partition_state((str(topic.topic_id), index), state)
 
     def _open(self, topic: Topic, index: int) -> Partition:
+        assert self._dir is not None, "a stateless broker hosts no partition"
         directory = self._dir / f"{topic.name}-{index}"
         partition = Partition.open(topic.name, index, directory, topic.settings, self._clock,
                                    self._config.producer_id_expiration_ms, self._on_append)

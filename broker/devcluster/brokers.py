@@ -57,7 +57,7 @@ class BrokerProcess:
                  port: int | None = None, metrics_port: int | None = None, rpc_port: int | None = None,
                  advertise_port: int | None = None, config_file: Path | None = None,
                  extra_args: list[str] | None = None, command: list[str] | None = None,
-                 env: Mapping[str, str] | None = None, new_session: bool = False):
+                 env: Mapping[str, str] | None = None, new_session: bool = False, stateless: bool = False):
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
         self.node_id = node_id
@@ -71,6 +71,7 @@ class BrokerProcess:
         self.command = command or broker_command()   # overridable for the harness self-test
         self.env = env
         self.new_session = new_session
+        self.stateless = stateless  # no data dir (`data_dir` then holds nothing)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -96,9 +97,9 @@ class BrokerProcess:
             "--listen", f"127.0.0.1:{self.port}",
             "--advertise", f"127.0.0.1:{self.advertise_port}",
             "--node-id", str(self.node_id),
-            "--data-dir", str(self.data_dir),
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
         ]
+        cmd += ["--stateless"] if self.stateless else ["--data-dir", str(self.data_dir)]
         if self.az is not None:
             cmd += ["--az", self.az]
         if self.rpc_port is not None:

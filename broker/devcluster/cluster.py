@@ -69,7 +69,7 @@ class DevCluster:
 
     def __init__(self, brokers: int = 3, azs: int = 3, *, work_dir: str | Path | None = None,
                  base_port: int | None = None, settings: Mapping[str, str] | None = None,
-                 command: list[str] | None = None) -> None:
+                 command: list[str] | None = None, stateless_per_az: int = 0) -> None:
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers must be between 1 and {MAX_BROKERS}, got {brokers}")
         if not 1 <= azs <= brokers:
@@ -87,7 +87,10 @@ class DevCluster:
             load_config(None, self.settings, environ={})
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
+        if not 0 <= stateless_per_az <= MAX_BROKERS:
+            raise UsageError(f"--stateless-per-az must be between 0 and {MAX_BROKERS}, got {stateless_per_az}")
         self.num_brokers = brokers
+        self.stateless_per_az = stateless_per_az
         self.azs = azs
         self.base_port = base_port
         self.command = command
@@ -198,11 +201,12 @@ class DevCluster:
         """What `shoal dev cluster` prints once everything is ready."""
         assert self.etcd is not None and self.moto is not None and self.moto_process is not None, "not started"
         where = f"{self.work_dir} (temporary, removed at exit)" if self._owns_dir else str(self.work_dir)
-        lines = [f"Shoal dev cluster: {self.num_brokers} brokers in {self.azs} AZs; work dir {where}",
+        stateless = f" (+{self.stateless_per_az} stateless per AZ)" if self.stateless_per_az else ""
+        lines = [f"Shoal dev cluster: {self.num_brokers} brokers{stateless} in {self.azs} AZs; work dir {where}",
                  f"  etcd       {self.etcd.endpoint}  metadata {self.metadata_url}  pid {self.etcd.pid}",
                  f"  s3 (moto)  {self.moto.endpoint}  object store {self.object_store_url}  "
                  f"pid {self.moto_process.pid}"]
-        lines += [f"  broker {b.node_id}   {b.az}  kafka {b.bootstrap}  rpc 127.0.0.1:{b.rpc_port}  "
+        lines += [f"  broker {b.node_id}{'*' if b.stateless else ' '}  {b.az}  kafka {b.bootstrap}  rpc 127.0.0.1:{b.rpc_port}  "
                   f"metrics http://127.0.0.1:{b.metrics_port}/metrics  pid {b.pid}  log {b.log_path}"
                   for b in self.brokers]
         lines.append(f"bootstrap: {self.bootstrap}")
@@ -211,20 +215,23 @@ class DevCluster:
         return "\n".join(lines)
 
     def _make_brokers(self) -> list[BrokerProcess]:
-        n = self.num_brokers
+        n = self.num_brokers + self.stateless_per_az * self.azs  # stateless ones get the last node ids
         if self.base_port is None:
             ports = free_ports(3 * n)
             listeners = [(ports[i], ports[n + i], ports[2 * n + i]) for i in range(n)]
         else:
             base = self.base_port
             listeners = [(base + i, base + PORT_BLOCK + i, base + 2 * PORT_BLOCK + i) for i in range(n)]
-        shared = ["--object-store", self.object_store_url, "--metadata", self.metadata_url]
+        shared = ["--metadata", self.metadata_url]
+        if "object.store" not in self.settings:  # e.g. a latency proxy in front of moto
+            shared += ["--object-store", self.object_store_url]
         shared += [arg for key, value in self.settings.items() for arg in ("--set", f"{key}={value}")]
         env = s3.fake_aws_environ()
         return [BrokerProcess(self.work_dir / f"broker-{node}" / "data",
                               self.work_dir / f"broker-{node}" / "broker.log", node_id=node,
-                              az=az_name(node, self.azs), port=kafka, rpc_port=rpc, metrics_port=metrics,
-                              extra_args=shared, command=self.command, env=env, new_session=True)
+                              az=az_name(node if node < self.num_brokers else node - self.num_brokers, self.azs),
+                              port=kafka, rpc_port=rpc, metrics_port=metrics, extra_args=shared,
+                              command=self.command, env=env, new_session=True, stateless=node >= self.num_brokers)
                 for node, (kafka, rpc, metrics) in enumerate(listeners)]
 
 
@@ -233,13 +240,13 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main(brokers: int, azs: int | None, work_dir: str | None, base_port: int | None,
-         settings: Mapping[str, str]) -> int:
+         settings: Mapping[str, str], stateless_per_az: int = 0) -> int:
     """`shoal dev cluster`: start, print the addresses, report children that exit, and stop
     everything on SIGINT or SIGTERM. Exit 2 for bad usage or a missing dependency, 1 when
     the cluster cannot start, 0 after a requested stop."""
     try:
         cluster = DevCluster(brokers, min(3, brokers) if azs is None else azs, work_dir=work_dir,
-                             base_port=base_port, settings=settings)
+                             base_port=base_port, settings=settings, stateless_per_az=stateless_per_az)
     except UsageError as exc:
         print(f"shoal dev cluster: {exc}", file=sys.stderr)
         return 2

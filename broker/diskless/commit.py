@@ -47,7 +47,7 @@ class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     batches: list[CommitBatch]
 
 
-class CommitRequest(msgspec.Struct, array_like=True, frozen=True):
+class CommitRequest(msgspec.Struct, array_like=True, frozen=True, tag="commit"):
     version: int
     object_id: str
     partitions: list[CommitPartition]  # in arrival order; a partition may appear more than once
@@ -62,7 +62,7 @@ class CommitResult(msgspec.Struct, array_like=True, frozen=True):
     end_offset: int = -1  # the leader's log end offset after the append (acks=all waits for it)
 
 
-class CommitResponse(msgspec.Struct, array_like=True, frozen=True):
+class CommitResponse(msgspec.Struct, array_like=True, frozen=True, tag="commit_response"):
     version: int
     results: list[CommitResult]  # one per CommitRequest.partitions entry, same order
 

@@ -24,11 +24,13 @@ from ..log import EntryKind, OffsetOutOfRangeError
 from ..objectstore import ObjectStoreError
 from ..protocol.errors import ApiError, ErrorCode
 from .common import resolve_topic
+from .remote_reads import Wanted, read_remote
 from .registry import api
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 READ_COMMITTED = 1
+REMOTE_POLL_S = 0.1  # a fetch mixing hosted and remote partitions asks the remote ones this often
 SERVED_KINDS = (EntryKind.RECORDS, EntryKind.COORDINATES)
 logger = logging.getLogger(__name__)
 
@@ -44,16 +46,40 @@ def check_leader_epoch(current_leader_epoch: int, leader_epoch: int) -> None:
 
 @api(1)
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    if header.api_version >= 11:
+        broker.router.racks.remember(header.peer, request.rack_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    wanted_remote = _remote_partitions(broker, request)
+    only_remote = len(wanted_remote) == sum(len(t.partitions) for t in request.topics)
     while True:
-        topics, total_bytes, has_error, keys, found = _read_all(broker, request)
+        remote = {}
+        if wanted_remote:  # a lone remote read long-polls at the replica; mixed ones poll
+            wait_ms = int(max(deadline - loop.time(), 0) * 1000) if only_remote else 0
+            remote = await read_remote(broker, wanted_remote, wait_ms)
+        topics, total_bytes, has_error, keys, found = _read_all(broker, request, remote)
         remaining = deadline - loop.time()
-        if total_bytes >= request.min_bytes or has_error or remaining <= 0 or broker.stopping:
+        if total_bytes >= request.min_bytes or has_error or remaining <= 0 or broker.stopping or only_remote:
             await _resolve(broker, found)
             broker.metrics.fetched_bytes.inc(total_bytes)
             return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-        await broker.waiters.wait(keys, remaining)
+        await broker.waiters.wait(keys, min(remaining, REMOTE_POLL_S) if wanted_remote else remaining)
+
+
+def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-untyped-def]
+    """Diskless partitions of the request that this broker does not host."""
+    wanted = []
+    for fetch_topic in request.topics:
+        try:
+            topic = resolve_topic(broker, fetch_topic.topic, fetch_topic.topic_id)
+        except ApiError:
+            continue
+        if not topic.settings.diskless:
+            continue
+        for p in fetch_topic.partitions:
+            if (topic.name, p.partition) not in broker.replicas.partitions and 0 <= p.partition < topic.partitions:
+                wanted.append((topic.name, p.partition, str(topic.topic_id), p.fetch_offset, p.partition_max_bytes))
+    return wanted
 
 
 async def _resolve(broker, found):  # type: ignore[no-untyped-def]
@@ -69,7 +95,7 @@ async def _resolve(broker, found):  # type: ignore[no-untyped-def]
         response.records = b"".join([piece for _entry in entries for piece in next(pieces)])
 
 
-def _read_all(broker, request):  # type: ignore[no-untyped-def]
+def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     has_error = False
@@ -90,19 +116,28 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
             try:
                 if topic_error is not None:
                     raise topic_error
-                partition = broker.replicas.leader(topic.name, index)
-                check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
-                log = partition.log
-                high_watermark = log.high_watermark
                 limit = min(fetch_partition.partition_max_bytes, budget - total)
-                if first_batch_pending:
-                    entries = log.read(fetch_partition.fetch_offset, max(limit, 0), high_watermark)
-                elif limit > 0:
-                    entries = log.read(fetch_partition.fetch_offset, limit, high_watermark)
-                    if entries and entries[0].header.size > limit:
-                        entries = []
+                if (topic.name, index) in remote:
+                    log = partition = remote[(topic.name, index)]  # answered by a replica elsewhere
+                    if log.error_code:
+                        raise ApiError(ErrorCode(log.error_code), "remote replica read failed")
+                    entries = _within(log.entries, limit, first_batch_pending)
                 else:
-                    entries = []
+                    # Diskless partitions may be read from any replica (their records are in
+                    # the object store); classic ones from the leader only.
+                    partition = broker.replicas.get(topic.name, index) if topic.settings.diskless \
+                        else broker.replicas.leader(topic.name, index)
+                    check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
+                    log = partition.log
+                    if first_batch_pending:
+                        entries = log.read(fetch_partition.fetch_offset, max(limit, 0), log.high_watermark)
+                    elif limit > 0:
+                        entries = log.read(fetch_partition.fetch_offset, limit, log.high_watermark)
+                        if entries and entries[0].header.size > limit:
+                            entries = []
+                    else:
+                        entries = []
+                high_watermark = log.high_watermark
             except OffsetOutOfRangeError:
                 has_error = True
                 partitions.append(_error(index, ErrorCode.OFFSET_OUT_OF_RANGE, partition))
@@ -111,7 +146,8 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
                 has_error = True
                 partitions.append(_error(index, exc.code, None))
                 continue
-            keys.append(partition.key)
+            if (topic.name, index) not in remote:
+                keys.append(partition.key)
             entries = [e for e in entries if e.kind in SERVED_KINDS]
             if entries:
                 first_batch_pending = False
@@ -125,6 +161,18 @@ def _read_all(broker, request):  # type: ignore[no-untyped-def]
                 found.append((response, entries))
         topics.append(_Topic(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id, partitions=partitions))
     return topics, total, has_error, keys, found
+
+
+def _within(entries, limit: int, first_batch_pending: bool):  # type: ignore[no-untyped-def]
+    """KIP-74 sizing of entries a remote replica sent: the first batch of the response whole,
+    then nothing past `limit`."""
+    taken, size = [], 0
+    for entry in entries:
+        if size + entry.header.size > limit and not (first_batch_pending and not taken):
+            break
+        taken.append(entry)
+        size += entry.header.size
+    return taken
 
 
 def _error(index: int, code: ErrorCode, partition):  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from ..objectstore import ObjectStoreError
 from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
 from ..protocol.errors import ApiError, ErrorCode
 from .fetch import check_leader_epoch
+from .forwarding import Forwarded, forward_target
 from .registry import api
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
@@ -25,12 +26,20 @@ _Partition = _Topic.ListOffsetsPartitionResponse
 @api(2)
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     topics = []
-    for list_topic in request.topics:
-        partitions = []
-        for list_partition in list_topic.partitions:
+    elsewhere = Forwarded()
+    for t_pos, list_topic in enumerate(request.topics):
+        partitions: list = []
+        topic = broker.catalog.get(list_topic.name)
+        for p_pos, list_partition in enumerate(list_topic.partitions):
             index = list_partition.partition_index
+            target = forward_target(broker, header, topic, index) if topic is not None else None
+            if target is not None:
+                elsewhere.reserve(target, (t_pos, p_pos), partitions)
+                continue
             try:
-                partition = broker.replicas.leader(list_topic.name, index)
+                # any replica of a diskless partition answers; a classic one needs its leader
+                partition = broker.replicas.get(list_topic.name, index) if topic is not None and \
+                    topic.settings.diskless else broker.replicas.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
                 partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,
@@ -39,6 +48,9 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 partitions.append(_Partition(partition_index=index, error_code=exc.code, timestamp=-1, offset=-1,
                                              leader_epoch=-1))
         topics.append(_Topic(name=list_topic.name, partitions=partitions))
+    await elsewhere.fill(broker, header, request, "topics", "partitions", lambda p: _Partition(
+        partition_index=p.partition_index, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, timestamp=-1, offset=-1,
+        leader_epoch=-1))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 

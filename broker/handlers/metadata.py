@@ -1,5 +1,9 @@
 """Metadata: brokers, cluster id, controller, and topics with their partition leaders.
 
+Answers depend on the client's AZ (routing/): a diskless partition is advertised with the
+broker of that AZ that represents it (with the real leader epoch, replicas and ISR), so
+the client's produce and fetch stay in its AZ; a classic partition with its real leader.
+
 Unknown topics are auto-created when the client allows it and
 `auto.create.topics.enable` is true, as Kafka does.
 """
@@ -20,11 +24,12 @@ _Partition = _Topic.MetadataResponsePartition
 
 @api(3)
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+    client_az = broker.router.client_az(header)[0]
     if request.topics is None or (header.api_version == 0 and not request.topics):
-        topics = [_describe(broker, t) for t in broker.catalog.all()]
+        topics = [_describe(broker, t, client_az) for t in broker.catalog.all()]
     else:
         allow_create = request.allow_auto_topic_creation if header.api_version >= 4 else True
-        topics = [await _lookup(broker, t.name, t.topic_id, allow_create) for t in request.topics]
+        topics = [await _lookup(broker, t.name, t.topic_id, allow_create, client_az) for t in request.topics]
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[_Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in live_brokers(broker)],
@@ -35,7 +40,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     )
 
 
-async def _lookup(broker, name, topic_id, allow_create: bool):  # type: ignore[no-untyped-def]
+async def _lookup(broker, name, topic_id, allow_create: bool, client_az: str | None):  # type: ignore[no-untyped-def]
     topic = broker.catalog.get(name) if name else None
     if topic is None and topic_id is not None and topic_id != ZERO_UUID:
         topic = broker.catalog.by_id(topic_id)
@@ -54,10 +59,10 @@ async def _lookup(broker, name, topic_id, allow_create: bool):  # type: ignore[n
         else:
             return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID,
                           partitions=[])
-    return _describe(broker, topic)
+    return _describe(broker, topic, client_az)
 
 
-def _describe(broker, topic: Topic):  # type: ignore[no-untyped-def]
+def _describe(broker, topic: Topic, client_az: str | None):  # type: ignore[no-untyped-def]
     live = broker.view.brokers
     states = broker.view.partitions_of(str(topic.topic_id))
     partitions = []
@@ -70,8 +75,10 @@ def _describe(broker, topic: Topic):  # type: ignore[no-untyped-def]
             continue
         record = state.record
         error = ErrorCode.NONE if record.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
-        partitions.append(_Partition(error_code=error, partition_index=index,
-                                     leader_id=record.leader if record.leader in live else -1,
+        leader = record.leader if record.leader in live else -1
+        if topic.settings.diskless and leader >= 0:
+            leader = broker.router.representative(str(topic.topic_id), index, leader, client_az)
+        partitions.append(_Partition(error_code=error, partition_index=index, leader_id=leader,
                                      leader_epoch=record.leader_epoch, replica_nodes=list(record.replicas),
                                      isr_nodes=list(record.isr),
                                      offline_replicas=[r for r in record.replicas if r not in live]))

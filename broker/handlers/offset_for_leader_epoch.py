@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 
-from ..protocol.errors import ApiError
+from ..protocol.errors import ApiError, ErrorCode
 from .fetch import check_leader_epoch
+from .forwarding import Forwarded, forward_target
 from .registry import api
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
@@ -19,11 +20,18 @@ _Partition = _Topic.EpochEndOffset
 @api(23, versions=(2, 4))
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     topics = []
-    for wanted in request.topics:
-        partitions = []
-        for asked in wanted.partitions:
+    elsewhere = Forwarded()
+    for t_pos, wanted in enumerate(request.topics):
+        partitions: list = []
+        topic = broker.catalog.get(wanted.topic)
+        for p_pos, asked in enumerate(wanted.partitions):
+            target = forward_target(broker, header, topic, asked.partition) if topic is not None else None
+            if target is not None:
+                elsewhere.reserve(target, (t_pos, p_pos), partitions)
+                continue
             try:
-                partition = broker.replicas.leader(wanted.topic, asked.partition)
+                partition = broker.replicas.get(wanted.topic, asked.partition) if topic is not None and \
+                    topic.settings.diskless else broker.replicas.leader(wanted.topic, asked.partition)
                 check_leader_epoch(asked.current_leader_epoch, partition.leader_epoch)
                 epoch, end = partition.epochs.end_offset_for(asked.leader_epoch, partition.log.log_end_offset)
                 partitions.append(_Partition(error_code=0, partition=asked.partition, leader_epoch=epoch,
@@ -32,4 +40,6 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 partitions.append(_Partition(error_code=exc.code, partition=asked.partition, leader_epoch=-1,
                                              end_offset=-1))
         topics.append(_Topic(topic=wanted.topic, partitions=partitions))
+    await elsewhere.fill(broker, header, request, "topics", "partitions", lambda p: _Partition(
+        error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=p.partition, leader_epoch=-1, end_offset=-1))
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

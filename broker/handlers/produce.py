@@ -1,8 +1,9 @@
 """Produce: validate and append each partition's batches; per-partition error codes.
 
-Classic partitions are appended at once. Diskless partitions are validated here, then handed
-to the WAL writer together (one submit per request, so they share WAL objects and keep
-arrival order); the answer waits for their commit.
+Classic partitions are appended at once by their leader. Diskless partitions are accepted by
+the broker that represents them for the client's AZ (routing/), which need not host them:
+they are validated here, then handed to the WAL writer together (one submit per request, so
+they share WAL objects and keep arrival order); the answer waits for the leader's commit.
 
 With acks=0 the client reads no response, so a failed partition closes the connection
 (as Kafka does) to make the client notice and refresh its metadata.
@@ -16,6 +17,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from ..diskless.wal_writer import PartitionAppend
 from ..dispatch import ConnectionFault
+from ..partition import prepare_diskless
 from ..protocol.errors import ApiError, ErrorCode
 from .common import resolve_topic
 from .registry import api
@@ -28,6 +30,7 @@ _Partition = _Topic.PartitionProduceResponse
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     acks = request.acks
     metrics = broker.metrics
+    client_az = broker.router.client_az(header)[0]
     topics = []
     diskless: list[tuple[list, int, PartitionAppend]] = []  # (results list, slot in it, append)
     replicating: list[tuple[list, int, object, int]] = []  # acks=all: (results, slot, partition, end offset)
@@ -45,13 +48,14 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                     raise ApiError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
                 if topic is None:
                     raise topic_error
-                partition = broker.replicas.get(topic.name, data.index)
                 records = memoryview(data.records if data.records is not None else b"")
                 if topic.settings.diskless:
-                    append = PartitionAppend(topic.topic_id, data.index, acks, partition.prepare_diskless(records, acks))
-                    diskless.append((results, len(results), append))
+                    _check_representative(broker, topic, data.index, client_az)
+                    prepared = prepare_diskless(records, topic.settings, broker.clock.now_ms())
+                    diskless.append((results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared)))
                     results.append(None)
                     continue
+                partition = broker.replicas.get(topic.name, data.index)
                 outcome = partition.append_records(records, acks)
             except ApiError as exc:
                 results.append(_error(broker, data.index, exc.code, exc.message))
@@ -84,6 +88,20 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                                        log_append_time_ms=result.log_append_time_ms,
                                        log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
     return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+def _check_representative(broker, topic, index: int, client_az: str | None) -> None:  # type: ignore[no-untyped-def]
+    """Only the partition's representative for the client's AZ takes its produce: any other
+    broker answers NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata and moves
+    (after a broker joins or leaves its AZ)."""
+    state = broker.view.partitions.get((str(topic.topic_id), index))
+    if state is None:
+        code = ErrorCode.LEADER_NOT_AVAILABLE if 0 <= index < topic.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        raise ApiError(code, f"no state for {topic.name}-{index}")
+    chosen = broker.router.representative(str(topic.topic_id), index, state.record.leader, client_az)
+    if chosen != broker.node_id:
+        raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                       f"broker {chosen} takes produce for {topic.name}-{index} in AZ {client_az}")
 
 
 async def _wait_replicated(broker, waits, timeout_s: float) -> None:  # type: ignore[no-untyped-def]

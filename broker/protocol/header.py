@@ -29,6 +29,8 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     client_host: str = ""  # the peer, as Kafka prints it ("/127.0.0.1"); set by the server
+    peer: str = ""  # the connection's "host:port"; set by the server
+    forwarded: bool = False  # sent on by another broker (answer here, never forward again)
 
 
 def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -54,7 +56,7 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def parse_request_header(frame: bytes | memoryview, flexible: bool,
-                         client_host: str = "") -> tuple[RequestHeader, int]:
+                         peer: str = "") -> tuple[RequestHeader, int]:
     """Parse the header; return it and the offset where the body starts."""
     if len(frame) < _FIXED.size:
         raise HeaderError(f"request of {len(frame)} bytes is shorter than a header")
@@ -80,7 +82,8 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool,
             pos += size
             if pos > len(frame):
                 raise HeaderError("tagged field runs past the end of the request")
-    return RequestHeader(api_key, api_version, correlation_id, client_id, client_host), pos
+    client_host = "/" + peer.rpartition(":")[0] if peer else ""
+    return RequestHeader(api_key, api_version, correlation_id, client_id, client_host, peer), pos
 
 
 def encode_response_header(correlation_id: int, flexible: bool) -> bytes:

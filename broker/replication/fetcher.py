@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ..log import EntryKind
 from ..metadata.records import NO_LEADER
 from ..protocol.errors import ErrorCode
 from ..rpc import RpcClientPool, RpcError
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..partition import Partition
     from ..metrics import BrokerMetrics
+    from ..routing.cross_az import CrossAzBytes
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,10 @@ RPC_TIMEOUT_MARGIN_S = 10.0
 
 class ReplicaFetcher:
     def __init__(self, config: "BrokerConfig", view: "ClusterView",
-                 pool: RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse], metrics: "BrokerMetrics") -> None:
+                 pool: RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse], metrics: "BrokerMetrics",
+                 cross_az: "CrossAzBytes") -> None:
         self._config = config
+        self._cross_az = cross_az
         self._view = view
         self._pool = pool
         self._metrics = metrics
@@ -92,6 +96,8 @@ class ReplicaFetcher:
                 log.info("replica fetch from broker %d failed: %s", leader_id, exc)
                 await self._pause(leader_id, backoff_s)
                 continue
+            self._cross_az.replicated(client.address, sum(len(data) for r in response.partitions
+                                                          for kind, data in r.entries if kind == EntryKind.RECORDS))
             stalled = True
             for partition, result in zip(sent, response.partitions):
                 current = self._following.get(leader_id, {}).get(partition.key)

@@ -52,12 +52,14 @@ def create(cluster: DevCluster, name: str, replicas: list[list[int]], **configs:
                                       topic_configs={**RF3, **configs})])
     finally:
         admin.close()
-    wait_until(lambda: all(leader_of(cluster, name, p, via=n) == r[0]
-                           for p, r in enumerate(replicas) for n in range(3)), 20, interval_s=POLL_S, what=f"{name} leaders")
+    wait_until(lambda: all(leader_of(cluster, name, p) == r[0] for p, r in enumerate(replicas)), 20,
+               interval_s=POLL_S, what=f"{name} leaders")
+    time.sleep(0.5)  # every broker applies the new states from its watch
 
 
 def partition_state(cluster: DevCluster, topic: str, partition: int, via: int) -> tuple[int, list[int], int]:
-    """(leader, isr, leader epoch) as broker `via` answers Metadata."""
+    """(leader, isr, leader epoch) as broker `via` answers Metadata (for a diskless topic the
+    "leader" is the broker representing the partition in the client's AZ)."""
     admin = kp_admin(cluster.broker(via).bootstrap)
     try:
         [described] = admin.describe_topics([topic])
@@ -67,10 +69,33 @@ def partition_state(cluster: DevCluster, topic: str, partition: int, via: int) -
     return found["leader_id"], sorted(found["isr_nodes"]), found["leader_epoch"]
 
 
-def leader_of(cluster: DevCluster, topic: str, partition: int, via: int) -> int:
+def stored_state(cluster: DevCluster, topic: str, partition: int) -> tuple[int, list[int], int]:
+    """(leader, isr, leader epoch) as the controller recorded them in etcd."""
+    import asyncio
+
+    from broker.metadata import records
+    from broker.metadata.etcd import EtcdMetadataStore
+
+    async def read() -> tuple[int, list[int], int]:
+        store = EtcdMetadataStore(cluster.metadata_url)
+        try:
+            kv = await store.get(records.topic_key(topic))
+            assert kv is not None, f"no topic {topic}"
+            topic_id = records.decode(kv.value, records.TopicRecord).topic_id
+            kv = await store.get(records.partition_key(topic_id, partition))
+            assert kv is not None, f"no state for {topic}-{partition}"
+            state = records.decode(kv.value, records.PartitionStateRecord)
+            return state.leader, sorted(state.isr), state.leader_epoch
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def leader_of(cluster: DevCluster, topic: str, partition: int) -> int:
     try:
-        return partition_state(cluster, topic, partition, via)[0]
-    except Exception:  # noqa: BLE001 - the broker asked may be starting or gone
+        return stored_state(cluster, topic, partition)[0]
+    except Exception:  # noqa: BLE001 - not created yet, or etcd restarting
         return -2
 
 
@@ -82,22 +107,22 @@ def test_leader_kill9_fails_over_within_10s_and_loses_nothing(cluster: DevCluste
                  for name in topics}
     try:
         wait_until(lambda: all(p.acked_count() > 100 for p in producers.values()), 30, interval_s=POLL_S, what="traffic")
-        _, _, epoch_before = partition_state(cluster, "fo-classic", 0, via=1)
+        _, _, epoch_before = stored_state(cluster, "fo-classic", 0)
         killed_at = time.monotonic()
         cluster.kill(0)  # leader of both partitions, and the controller (the first broker up)
-        wait_until(lambda: all(leader_of(cluster, t, 0, via=1) in (1, 2) for t in topics), 30,
+        wait_until(lambda: all(leader_of(cluster, t, 0) in (1, 2) for t in topics), 30,
                    what="new leaders")
         failover_s = time.monotonic() - killed_at
         assert failover_s < FAILOVER_TARGET_S, f"new leaders after {failover_s:.1f} s"
-        assert partition_state(cluster, "fo-classic", 0, via=1)[2] > epoch_before, "leader epoch bumped"
-        assert_epoch_end(cluster, "fo-classic", epoch_before, via=partition_state(cluster, "fo-classic", 0, via=1)[0])
+        assert stored_state(cluster, "fo-classic", 0)[2] > epoch_before, "leader epoch bumped"
+        assert_epoch_end(cluster, "fo-classic", epoch_before, via=leader_of(cluster, "fo-classic", 0))
         acked = {name: p.acked_count() for name, p in producers.items()}
         wait_until(lambda: all(p.acked_count() > acked[n] + 100 for n, p in producers.items()), 30,
                    what="producers continue on the new leaders")
         cluster.restart(0, graceful=False)
-        wait_until(lambda: all(partition_state(cluster, t, 0, via=1)[1] == [0, 1, 2] for t in topics), 60,
+        wait_until(lambda: all(stored_state(cluster, t, 0)[1] == [0, 1, 2] for t in topics), 60,
                    interval_s=POLL_S, what="restarted broker back in the ISR")
-        wait_until(lambda: all(leader_of(cluster, t, 0, via=2) == 0 for t in topics), 15, interval_s=POLL_S,
+        wait_until(lambda: all(leader_of(cluster, t, 0) == 0 for t in topics), 15, interval_s=POLL_S,
                    what="leadership back on the preferred replica")
     finally:
         for producer in producers.values():
@@ -118,7 +143,7 @@ def test_two_of_three_down_refuses_acks_all_and_resumes_when_one_returns(cluster
 
     def produce_to_leader(topic: str) -> int:
         """acks=all to the leader broker 0 names (leadership returns to broker 1 once it is back)."""
-        leader = leader_of(cluster, topic, 0, via=0)
+        leader = leader_of(cluster, topic, 0)
         if leader not in (0, 1):
             return -1
         address = cluster.broker(leader).bootstrap
@@ -126,7 +151,7 @@ def test_two_of_three_down_refuses_acks_all_and_resumes_when_one_returns(cluster
             return raw_produce(conn, api_versions(address), topic, 0, build_batch([(None, b"after")]))[0]
 
     for name in ("two-classic", "two-diskless"):
-        wait_until(lambda: leader_of(cluster, name, 0, via=0) == 0, 30, interval_s=POLL_S, what=f"{name}: broker 0 leads")
+        wait_until(lambda: leader_of(cluster, name, 0) == 0, 30, interval_s=POLL_S, what=f"{name}: broker 0 leads")
         wait_until(lambda: produce_to_leader(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 30, interval_s=POLL_S,
                    what=f"{name}: NOT_ENOUGH_REPLICAS with one live replica")
     cluster.restart(1, graceful=False)

@@ -21,7 +21,7 @@ from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore, ObjectStoreUnavailable
-from broker.partition import Partition
+from broker.partition import Partition, prepare_diskless
 from broker.protocol.batch import crc_is_valid, parse_header
 from broker.protocol.errors import ErrorCode
 from broker.topic_config import effective
@@ -69,7 +69,7 @@ class Rig:
 
     def append(self, index: int, *batches: memoryview, acks: int = -1) -> PartitionAppend:
         records = memoryview(b"".join(batches))
-        return PartitionAppend(TOPIC_ID, index, acks, self.partitions[index].prepare_diskless(records, acks))
+        return PartitionAppend(TOPIC_ID, index, acks, prepare_diskless(records, self.settings, self.clock.now_ms()))
 
     async def read_back(self, index: int) -> list[bytes]:
         log = self.partitions[index].log

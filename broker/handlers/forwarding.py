@@ -1,0 +1,100 @@
+"""Partition requests for diskless partitions this broker does not host (a stateless broker,
+or a representative without a replica): ListOffsets and OffsetForLeaderEpoch are sent on,
+whole or per source broker, to a replica in this broker's AZ (the leader when the AZ has
+none) over the RPC, and that broker answers them as if the client had asked it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.header import RequestHeader
+from ..protocol.messages import REQUEST_CLASSES, RESPONSE_CLASSES
+from ..replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
+from ..rpc import RpcError
+from . import registry
+from .remote_reads import source_replica
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..topics import Topic
+
+FORWARD_TIMEOUT_S = 30.0
+
+
+def forward_target(broker: "Broker", header: RequestHeader, topic: "Topic", index: int) -> int | None:
+    """The broker to ask about this partition, or None to answer here."""
+    if header.forwarded or not topic.settings.diskless or (topic.name, index) in broker.replicas.partitions:
+        return None
+    if not 0 <= index < topic.partitions:
+        return None
+    return source_replica(broker, str(topic.topic_id), index)
+
+
+def sub_request(request: Any, topics_attr: str, partitions_attr: str, wanted: list[tuple[int, int]]) -> Any:
+    """A new request like `request` holding only the (topic position, partition position) pairs."""
+    topics: dict[int, list[int]] = {}
+    for t, p in wanted:
+        topics.setdefault(t, []).append(p)
+    kept = []
+    for t, positions in topics.items():
+        topic = getattr(request, topics_attr)[t]
+        kept.append(_rebuilt(topic, **{partitions_attr: [getattr(topic, partitions_attr)[p] for p in positions]}))
+    return _rebuilt(request, **{topics_attr: kept})
+
+
+def _rebuilt(message: Any, **changes: Any) -> Any:
+    """kafka-python messages are built from their fields (a decoded one cannot be copied)."""
+    fields = {name: getattr(message, name) for name in message.fields if hasattr(message, name)}
+    return type(message)(**{**fields, **changes})
+
+
+async def forward(broker: "Broker", node: int, header: RequestHeader, request: Any) -> Any:
+    """Send `request` to broker `node` and return its decoded response (RpcError if it fails)."""
+    registration = broker.view.brokers[node]
+    message = KafkaForwardRequest(REPLICATION_VERSION, header.api_key, header.api_version, header.client_id,
+                                  bytes(request.encode(version=header.api_version)))
+    client = broker.rpc_pool.get(node, registration.rpc_host or "", registration.rpc_port)
+    answer = await client.call(message, FORWARD_TIMEOUT_S)
+    return RESPONSE_CLASSES[header.api_key].decode(answer.body, version=header.api_version)
+
+
+class Forwarded:
+    """Slots of a response left for partitions answered elsewhere, filled by `fill`."""
+
+    def __init__(self) -> None:
+        self._wanted: dict[int, list[tuple[int, int]]] = {}  # node -> (topic pos, partition pos)
+        self._slots: dict[tuple[int, int], tuple[list[Any], int]] = {}
+
+    def reserve(self, node: int, position: tuple[int, int], results: list[Any]) -> None:
+        self._wanted.setdefault(node, []).append(position)
+        self._slots[position] = (results, len(results))
+        results.append(None)
+
+    async def fill(self, broker: "Broker", header: RequestHeader, request: Any, topics_attr: str,
+                   partitions_attr: str, failed: Callable[[Any], Any]) -> None:
+        """Ask each node for its partitions (concurrently); `failed(original partition)` makes
+        the answer for a partition whose node could not be asked."""
+        async def ask(node: int, wanted: list[tuple[int, int]]) -> None:
+            try:
+                response = await forward(broker, node, header, sub_request(request, topics_attr, partitions_attr, wanted))
+                answers = [p for t in getattr(response, topics_attr) for p in getattr(t, partitions_attr)]
+            except RpcError:
+                answers = [failed(getattr(getattr(request, topics_attr)[t], partitions_attr)[p]) for t, p in wanted]
+            for position, answer in zip(wanted, answers):
+                results, slot = self._slots[position]
+                results[slot] = answer
+
+        await asyncio.gather(*(ask(node, wanted) for node, wanted in self._wanted.items()))
+
+
+async def answer_forwarded(broker: "Broker", message: KafkaForwardRequest) -> KafkaForwardResponse:
+    """The receiving side: run the handler here, marked as forwarded."""
+    if message.version != REPLICATION_VERSION or message.api_key not in (2, 23):
+        raise ValueError(f"cannot answer a forwarded request for API {message.api_key} (version {message.version})")
+    handler = registry.HANDLERS[message.api_key]
+    request = REQUEST_CLASSES[message.api_key].decode(message.body, version=message.api_version)
+    header = RequestHeader(message.api_key, message.api_version, 0, message.client_id, forwarded=True)
+    response = await handler.fn(broker, header, request)
+    return KafkaForwardResponse(REPLICATION_VERSION, bytes(response.encode(version=message.api_version)))

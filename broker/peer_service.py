@@ -1,0 +1,48 @@
+"""What brokers ask each other over the inter-broker RPC (rpc/), and who answers: replica
+fetches (replication/leader_service.py), diskless commits from produce representatives
+(diskless/commit.py), entry reads for brokers without a replica
+(replication/read_service.py) and partition requests they send on
+(handlers/forwarding.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Union
+
+from .diskless.commit import CommitRequest, CommitResponse
+from .replication.messages import (
+    KafkaForwardRequest,
+    KafkaForwardResponse,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+    ReplicaReadRequest,
+    ReplicaReadResponse,
+)
+
+if TYPE_CHECKING:
+    from .diskless.commit import LocalCommitter
+    from .replication.leader_service import ReplicaFetchService
+    from .replication.read_service import ReplicaReadService
+
+PeerRequest = Union[ReplicaFetchRequest, CommitRequest, ReplicaReadRequest, KafkaForwardRequest]
+PeerResponse = Union[ReplicaFetchResponse, CommitResponse, ReplicaReadResponse, KafkaForwardResponse]
+
+
+class PeerService:
+    def __init__(self, fetches: "ReplicaFetchService", committer: "LocalCommitter", reads: "ReplicaReadService",
+                 forwarded: Callable[[KafkaForwardRequest], Awaitable[KafkaForwardResponse]]) -> None:
+        self._fetches = fetches
+        self._committer = committer
+        self._reads = reads
+        self._forwarded = forwarded
+
+    async def handle(self, request: PeerRequest) -> PeerResponse:
+        if isinstance(request, CommitRequest):
+            # Applied before the first await: commits of one representative's connection
+            # reach the partitions in the order they were sent (the WAL objects' seal order).
+            return await self._committer.commit(request)
+        if isinstance(request, ReplicaFetchRequest):
+            return await self._fetches.handle(request)
+        if isinstance(request, ReplicaReadRequest):
+            return await self._reads.handle(request)
+        return await self._forwarded(request)

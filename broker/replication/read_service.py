@@ -1,0 +1,63 @@
+"""Entries for brokers without a replica: a broker that serves a diskless partition it does
+not host (a stateless broker, or any broker representing the partition in its AZ) asks a
+replica in its own AZ for the committed entries of an offset range, then reads the batches
+from its object cache or the object store. Only partition-log entries (about 120 bytes per
+batch) travel between brokers; record bytes never do. Long-polls like a consumer fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from ..log import EntryKind
+from ..protocol.errors import ApiError, ErrorCode
+from .messages import REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
+
+if TYPE_CHECKING:
+    from ..replica_manager import ReplicaManager
+    from ..topics import TopicCatalog
+    from ..waiters import FetchWaiters
+
+SERVED_KINDS = (EntryKind.RECORDS, EntryKind.COORDINATES)
+
+
+class ReplicaReadService:
+    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", waiters: "FetchWaiters") -> None:
+        self._catalog = catalog
+        self._replicas = replicas
+        self._waiters = waiters
+        self.stopping = False
+
+    async def handle(self, request: ReplicaReadRequest) -> ReplicaReadResponse:
+        if request.version != REPLICATION_VERSION:
+            raise ValueError(f"replica read version {request.version} is not supported")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+        while True:
+            results = [self._read(wanted) for wanted in request.partitions]
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.stopping or any(r.entries or r.error_code for r in results):
+                return ReplicaReadResponse(REPLICATION_VERSION, results)
+            keys = [(self._name(p), p.partition) for p in request.partitions]
+            await self._waiters.wait(keys, remaining)
+
+    def _name(self, wanted: ReadPartition) -> str:
+        topic = self._catalog.by_id(uuid.UUID(wanted.topic_id))
+        return topic.name if topic is not None else ""
+
+    def _read(self, wanted: ReadPartition) -> ReadResult:
+        log = None
+        try:
+            log = self._replicas.get(self._name(wanted), wanted.partition).log
+            hw = log.high_watermark
+            entries = log.read(wanted.fetch_offset, wanted.max_bytes, hw) if wanted.fetch_offset < hw else []
+            if wanted.fetch_offset > log.log_end_offset:
+                raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {wanted.fetch_offset} is past the log end")
+            return ReadResult(wanted.topic_id, wanted.partition, 0, hw, log.log_start_offset,
+                              [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS])
+        except ApiError as exc:
+            return ReadResult(wanted.topic_id, wanted.partition, int(exc.code),
+                              log.high_watermark if log is not None else -1,
+                              log.log_start_offset if log is not None else -1)
