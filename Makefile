@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.groups
 	$(BIN)/python -m tests.bench.diskless
 	$(BIN)/python -m tests.bench.cluster
+	$(BIN)/python -m tests.bench.az
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
