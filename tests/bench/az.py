@@ -52,6 +52,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.devcluster import DevCluster
 
 from .cluster import metadata_via, wait_for
+from .pacing import QueueStayedFull, send_for
 from .diskless import CONSUMER, PRODUCER, Samples, machine_busy_seconds, object_store_url, percentile, \
     process_cpu, s3_endpoint, scrape, total
 
@@ -218,27 +219,12 @@ class AzProducer:
             if msg.offset() >= ends.get(msg.partition(), 0):
                 ends[msg.partition()] = msg.offset() + 1
 
-        started = time.perf_counter()
-        stop_at = started + seconds
-        i = 0
-        while True:
-            if i % 100 == 0:
-                now = time.perf_counter()
-                if now >= stop_at:
-                    break
-                if rate_rps:
-                    time.sleep(max(0.0, started + i / rate_rps - now))
-                self.producer.poll(0)
-            while True:
-                try:
-                    self.producer.produce(TOPIC, payload, partition=i % partitions, on_delivery=on_delivery)
-                    break
-                except BufferError:  # queue full: wait for acknowledgements
-                    self.producer.poll(0.005)
-                    if time.perf_counter() > stop_at + FLUSH_LIMIT_S:
-                        self._error = f"producer queue stayed full for {FLUSH_LIMIT_S:.0f} s"
-                        return
-            i += 1
+        try:
+            started = send_for([self.producer], TOPIC, partitions, payload, seconds, rate_rps, on_delivery,
+                               FLUSH_LIMIT_S)
+        except QueueStayedFull as exc:
+            self._error = str(exc)
+            return
         left = self.producer.flush(FLUSH_LIMIT_S)
         if failures or left:
             self._error = f"{len(failures)} deliveries failed, {left} undelivered; first: {failures[:1]}"

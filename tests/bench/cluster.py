@@ -49,6 +49,7 @@ from tests.integration.clients import RawConnection
 
 from .diskless import PRODUCER as DISKLESS_PRODUCER
 from .diskless import Samples, machine_busy_seconds, percentile, process_cpu, scrape, total
+from .pacing import QueueStayedFull, send_for
 
 TOPICS = {"classic": "bench-classic", "diskless": "bench-diskless"}
 QUEUE_RECORDS = 20_000  # per producer: ~20 MiB buffered, so a flush after the deadline is short
@@ -187,29 +188,10 @@ def produce_for(producers: list[Producer], topic: str, partitions: int, seconds:
             latencies.append(msg.latency())
             last_ack[0] = time.perf_counter()
 
-    started = time.perf_counter()
-    stop_at = started + seconds
-    i = 0
-    while True:
-        if i % 100 == 0:
-            now = time.perf_counter()
-            if now >= stop_at:
-                break
-            if rate_rps:
-                time.sleep(max(0.0, started + i / rate_rps - now))
-            for producer in producers:
-                producer.poll(0)
-        partition = i % partitions
-        producer = producers[partition % len(producers)]
-        while True:
-            try:
-                producer.produce(topic, payload, partition=partition, on_delivery=on_delivery)
-                break
-            except BufferError:  # queue full: wait for acknowledgements
-                producer.poll(0.005)
-                if time.perf_counter() > stop_at + FLUSH_LIMIT_S:
-                    raise SystemExit(f"{topic}: producer queue stayed full for {FLUSH_LIMIT_S:.0f} s") from None
-        i += 1
+    try:
+        started = send_for(producers, topic, partitions, payload, seconds, rate_rps, on_delivery, FLUSH_LIMIT_S)
+    except QueueStayedFull as exc:
+        raise SystemExit(str(exc)) from None
     flush_deadline = time.perf_counter() + FLUSH_LIMIT_S
     left = sum(p.flush(max(1.0, flush_deadline - time.perf_counter())) for p in producers)
     if failures or left:
