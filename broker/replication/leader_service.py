@@ -4,7 +4,9 @@ For each partition it checks leadership and the follower's idea of the leader ep
 where the follower's log diverges (divergence.py), records the follower's progress
 (LeaderState), advances the high watermark, proposes ISR expansion, and returns entries
 from the follower's log end offset up to the leader's own (not just the high watermark:
-followers copy everything). With nothing to send it long-polls like a consumer fetch.
+followers copy everything). With nothing to send it long-polls like a consumer fetch, but
+answers at once when the high watermark moved past what it last told that follower, so a
+follower serving AZ-local reads lags the leader by a round trip, not by a long poll.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ReplicaFetchService:
         self._isr = isr
         self._clock = clock
         self.stopping = False
+        self._told_hw: dict[tuple[int, str, int], int] = {}  # (follower, topic id, partition) -> HW sent
 
     async def handle(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
         if request.version != REPLICATION_VERSION:
@@ -56,7 +59,14 @@ class ReplicaFetchService:
                 sent += sum(len(data) for _, data in result.entries)
                 results.append(result)
             remaining = deadline - loop.time()
-            if sent or remaining <= 0 or self.stopping or any(r.error_code or r.diverging_epoch >= 0 for r in results):
+            told = self._told_hw
+            if sent or remaining <= 0 or self.stopping or any(
+                    r.error_code or r.diverging_epoch >= 0
+                    or r.high_watermark > told.get((request.replica_id, r.topic_id, r.partition), -1)
+                    for r in results):
+                for r in results:
+                    if not r.error_code:
+                        told[(request.replica_id, r.topic_id, r.partition)] = r.high_watermark
                 return ReplicaFetchResponse(REPLICATION_VERSION, results)
             await self._waiters.wait([(self._name(p), p.partition) for p in request.partitions], remaining)
 
