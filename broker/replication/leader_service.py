@@ -84,12 +84,16 @@ class ReplicaFetchService:
                 raise ApiError(code, f"follower epoch {wanted.current_leader_epoch}, leader epoch {partition.leader_epoch}")
             log = partition.log
             leo = log.log_end_offset
-            if wanted.fetch_offset < log.log_start_offset or wanted.fetch_offset > leo:
+            if wanted.fetch_offset < log.log_start_offset:
                 raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
+            # Before the log-end check: a follower whose log outgrew this leader's (the old
+            # leader's unreplicated tail) must learn where to truncate, not that it is out of range.
             diverging = check_fetch_position(partition.epochs, leo, wanted.fetch_offset, wanted.last_fetched_epoch)
             if diverging is not None:
                 return FetchedPartition(wanted.topic_id, wanted.partition, 0, log.high_watermark, log.log_start_offset,
                                         diverging[0], diverging[1])
+            if wanted.fetch_offset > leo:
+                raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
             assert partition.leader is not None
             if partition.leader.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
                 partition.advance_high_watermark()
