@@ -158,19 +158,19 @@ def test_az_local_traffic_keeps_record_bytes_in_their_az(az_cluster: DevCluster)
 
 def test_stateless_broker_leaves_and_joins_and_a_leader_dies_without_loss(az_cluster: DevCluster) -> None:
     producers = [AzProducer(az_cluster, az, 200_000).start() for az in AZS]
-    wait_until(lambda: all(p.count() > 500 for p in producers), 30, interval_s=0.2, what="traffic")
+    wait_until(lambda: all(p.count() > 500 for p in producers), 60, interval_s=0.2, what="traffic")
     az_cluster.kill(3)  # the stateless broker of az1
     before = {p.az: p.count() for p in producers}
-    wait_until(lambda: all(p.count() > before[p.az] + 500 for p in producers), 60, interval_s=0.2,
+    wait_until(lambda: all(p.count() > before[p.az] + 500 for p in producers), 120, interval_s=0.2,
                what="traffic after the stateless broker died")
     joined_at = time.monotonic()
     az_cluster.restart(3, graceful=False)  # joins again: takes its share of az1's partitions
-    wait_until(lambda: metric_value(az_cluster.broker(3), "shoal_produced_bytes_total") > 0, 60, interval_s=0.5,
+    wait_until(lambda: metric_value(az_cluster.broker(3), "shoal_produced_bytes_total") > 0, 120, interval_s=0.5,
                what="the rejoined stateless broker taking produce")
     print(f"rejoined broker took produce after {time.monotonic() - joined_at:.1f} s")
     az_cluster.kill(1)  # leads partitions 1 and 4
     before = {p.az: p.count() for p in producers}
-    wait_until(lambda: all(p.count() > before[p.az] + 500 for p in producers), 60, interval_s=0.2,
+    wait_until(lambda: all(p.count() > before[p.az] + 500 for p in producers), 120, interval_s=0.2,
                what="traffic after a leader died")
     for producer in producers:
         producer.finish(stop=True)

@@ -52,7 +52,7 @@ def create(cluster: DevCluster, name: str, replicas: list[list[int]], **configs:
                                       topic_configs={**RF3, **configs})])
     finally:
         admin.close()
-    wait_until(lambda: all(leader_of(cluster, name, p) == r[0] for p, r in enumerate(replicas)), 20,
+    wait_until(lambda: all(leader_of(cluster, name, p) == r[0] for p, r in enumerate(replicas)), 60,
                interval_s=POLL_S, what=f"{name} leaders")
     time.sleep(0.5)  # every broker applies the new states from its watch
 
@@ -106,23 +106,23 @@ def test_leader_kill9_fails_over_within_10s_and_loses_nothing(cluster: DevCluste
     producers = {name: BackgroundProducer(cluster.bootstrap, name, 1, enable_idempotence=True, acks="all").start()
                  for name in topics}
     try:
-        wait_until(lambda: all(p.acked_count() > 100 for p in producers.values()), 30, interval_s=POLL_S, what="traffic")
+        wait_until(lambda: all(p.acked_count() > 100 for p in producers.values()), 60, interval_s=POLL_S, what="traffic")
         _, _, epoch_before = stored_state(cluster, "fo-classic", 0)
         killed_at = time.monotonic()
         cluster.kill(0)  # leader of both partitions, and the controller (the first broker up)
-        wait_until(lambda: all(leader_of(cluster, t, 0) in (1, 2) for t in topics), 30,
+        wait_until(lambda: all(leader_of(cluster, t, 0) in (1, 2) for t in topics), 60,
                    what="new leaders")
         failover_s = time.monotonic() - killed_at
         assert failover_s < FAILOVER_TARGET_S, f"new leaders after {failover_s:.1f} s"
         assert stored_state(cluster, "fo-classic", 0)[2] > epoch_before, "leader epoch bumped"
         assert_epoch_end(cluster, "fo-classic", epoch_before, via=leader_of(cluster, "fo-classic", 0))
         acked = {name: p.acked_count() for name, p in producers.items()}
-        wait_until(lambda: all(p.acked_count() > acked[n] + 100 for n, p in producers.items()), 30,
+        wait_until(lambda: all(p.acked_count() > acked[n] + 100 for n, p in producers.items()), 60,
                    what="producers continue on the new leaders")
         cluster.restart(0, graceful=False)
-        wait_until(lambda: all(stored_state(cluster, t, 0)[1] == [0, 1, 2] for t in topics), 60,
+        wait_until(lambda: all(stored_state(cluster, t, 0)[1] == [0, 1, 2] for t in topics), 120,
                    interval_s=POLL_S, what="restarted broker back in the ISR")
-        wait_until(lambda: all(leader_of(cluster, t, 0) == 0 for t in topics), 15, interval_s=POLL_S,
+        wait_until(lambda: all(leader_of(cluster, t, 0) == 0 for t in topics), 45, interval_s=POLL_S,
                    what="leadership back on the preferred replica")
     finally:
         for producer in producers.values():
@@ -151,12 +151,12 @@ def test_two_of_three_down_refuses_acks_all_and_resumes_when_one_returns(cluster
             return raw_produce(conn, api_versions(address), topic, 0, build_batch([(None, b"after")]))[0]
 
     for name in ("two-classic", "two-diskless"):
-        wait_until(lambda: leader_of(cluster, name, 0) == 0, 30, interval_s=POLL_S, what=f"{name}: broker 0 leads")
-        wait_until(lambda: produce_to_leader(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 30, interval_s=POLL_S,
+        wait_until(lambda: leader_of(cluster, name, 0) == 0, 60, interval_s=POLL_S, what=f"{name}: broker 0 leads")
+        wait_until(lambda: produce_to_leader(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 60, interval_s=POLL_S,
                    what=f"{name}: NOT_ENOUGH_REPLICAS with one live replica")
     cluster.restart(1, graceful=False)
     for name in ("two-classic", "two-diskless"):
-        wait_until(lambda: produce_to_leader(name) == ErrorCode.NONE, 60, interval_s=POLL_S,
+        wait_until(lambda: produce_to_leader(name) == ErrorCode.NONE, 120, interval_s=POLL_S,
                    what=f"{name}: produce resumes")
         got = read_all(cluster.bootstrap, name, 1)[0]
         assert [r.value for r in got[:50]] == [r.value for r in make_records(50, partitions=1, tag=name)]
@@ -168,16 +168,16 @@ def test_etcd_restart_keeps_leadership_and_never_two_leaders(cluster: DevCluster
     create(cluster, "etcd-probe", [[0, 1, 2], [1, 2, 0], [2, 0, 1]], **{"diskless.enable": "false"})
     producer = BackgroundProducer(cluster.bootstrap, "etcd-traffic", 3, enable_idempotence=True, acks="all").start()
     try:
-        wait_until(lambda: producer.acked_count() > 100, 30, interval_s=POLL_S, what="traffic")
+        wait_until(lambda: producer.acked_count() > 100, 60, interval_s=POLL_S, what="traffic")
         assert cluster.etcd is not None
         cluster.etcd.kill()
         before = producer.acked_count()
-        wait_until(lambda: producer.acked_count() > before + 100, 30, interval_s=POLL_S, what="traffic while etcd is down")
+        wait_until(lambda: producer.acked_count() > before + 100, 60, interval_s=POLL_S, what="traffic while etcd is down")
         time.sleep(8)  # longer than broker.session.timeout.ms: leases would have expired
         assert_one_leader_per_partition(cluster, "etcd-probe")
         cluster.etcd.start()
         before = producer.acked_count()
-        wait_until(lambda: producer.acked_count() > before + 100, 30, interval_s=POLL_S, what="traffic after etcd is back")
+        wait_until(lambda: producer.acked_count() > before + 100, 60, interval_s=POLL_S, what="traffic after etcd is back")
         time.sleep(8)  # the brokers' sessions recover and the controller looks again
         assert_one_leader_per_partition(cluster, "etcd-probe")
         for node in range(3):
@@ -252,7 +252,7 @@ def test_group_offsets_survive_the_loss_of_their_coordinator(cluster: DevCluster
         finally:
             reader.close()
 
-    wait_until(lambda: committed() == {0: 20, 1: 20}, 30, interval_s=POLL_S,
+    wait_until(lambda: committed() == {0: 20, 1: 20}, 60, interval_s=POLL_S,
                what="committed offsets from the new coordinator")
 
 
@@ -281,7 +281,7 @@ def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster
         admin.create_topics([NewTopic("admin-t", 2, 3)])
     finally:
         admin.close()
-    wait_until(lambda: all(len(partitions_on(n)) == 2 for n in range(3)), 20, interval_s=POLL_S,
+    wait_until(lambda: all(len(partitions_on(n)) == 2 for n in range(3)), 60, interval_s=POLL_S,
                what="the topic on every broker")
     admin = admin_of(1)
     try:
@@ -289,9 +289,9 @@ def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster
         admin.create_partitions({"admin-t": NewPartitions(total_count=4)})
     finally:
         admin.close()
-    wait_until(lambda: all(retention_on(n) == "12345" for n in range(3)), 20, interval_s=POLL_S,
+    wait_until(lambda: all(retention_on(n) == "12345" for n in range(3)), 60, interval_s=POLL_S,
                what="the config change on every broker")
-    wait_until(lambda: all(len(partitions_on(n)) == 4 for n in range(3)), 20, interval_s=POLL_S,
+    wait_until(lambda: all(len(partitions_on(n)) == 4 for n in range(3)), 60, interval_s=POLL_S,
                what="four partitions with leaders on every broker")
     hosted = [cluster.broker(n).partition_dir("admin-t", p) for n in range(3) for p in range(4)]
     assert all(d.exists() for d in hosted), "RF=3 over 3 brokers: every broker hosts every partition"
@@ -300,7 +300,7 @@ def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster
         admin.delete_topics(["admin-t"])
     finally:
         admin.close()
-    wait_until(lambda: all(partitions_on(n) == [] for n in range(3)), 20, interval_s=POLL_S,
+    wait_until(lambda: all(partitions_on(n) == [] for n in range(3)), 60, interval_s=POLL_S,
                what="the topic gone from every broker")
-    wait_until(lambda: not any(d.exists() for d in hosted), 20, interval_s=POLL_S,
+    wait_until(lambda: not any(d.exists() for d in hosted), 60, interval_s=POLL_S,
                what="partition directories deleted on every broker")
