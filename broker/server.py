@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import socket
 from typing import TYPE_CHECKING
 
 from .dispatch import ConnectionFault, dispatch
+from .sockets import set_up_connection
 from .protocol.frames import FrameError, FrameReader, frame
 
 if TYPE_CHECKING:
@@ -53,11 +53,7 @@ class KafkaConnection(asyncio.Protocol):
     # -- transport callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer = set_up_connection(transport)
         self.last_active = asyncio.get_running_loop().time()
         self._server.connections.add(self)
         self._broker.metrics.connections.inc()

@@ -65,10 +65,14 @@ def read_checkpoint(directory: Path) -> LogCheckpoint | None:
 
 
 def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
-    """Atomically replace the checkpoint: tmp file + fsync + rename + directory fsync."""
-    path = checkpoint_path(directory)
+    """Atomically replace the checkpoint."""
+    write_atomically(checkpoint_path(directory), msgspec.json.encode(checkpoint))
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so a crash leaves the old or the new file, never a torn one:
+    tmp file + fsync + rename + directory fsync."""
     tmp = path.with_name(path.name + _TMP_SUFFIX)
-    data = msgspec.json.encode(checkpoint)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
@@ -78,7 +82,7 @@ def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_directory(directory)
+    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:

@@ -21,15 +21,13 @@ without a path (tests, simulations) keeps the same rules in memory only.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from broker.log.checkpoint import fsync_directory
+from broker.log.checkpoint import write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 CHECKPOINT_VERSION = 1
-_TMP_SUFFIX = ".tmp"
 
 UNDEFINED_EPOCH = -1  # Kafka's OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH
 UNDEFINED_EPOCH_OFFSET = -1  # Kafka's OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH_OFFSET
@@ -155,7 +153,7 @@ class LeaderEpochCache:
 
     def _persist(self) -> None:
         if self._path is not None:
-            _write_atomically(self._path, _format(self._entries))
+            write_atomically(self._path, _format(self._entries))
 
 
 def _format(entries: list[EpochEntry]) -> bytes:
@@ -199,16 +197,3 @@ def _parse(path: Path, raw: bytes) -> list[EpochEntry]:
 def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from .errors import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
+from ..sockets import set_up_connection
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameKind, RpcErrorBody, encode_frame
 from .server import OnBytes
 
@@ -124,9 +124,7 @@ class _ClientConnection(asyncio.Protocol, Generic[Req, Resp]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_up_connection(transport)
 
     def data_received(self, data: bytes) -> None:
         client = self._client

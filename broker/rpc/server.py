@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from ..sockets import set_up_connection
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameKind, RpcErrorBody, encode_frame
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,7 @@ class _ServerConnection(asyncio.Protocol, Generic[Req, Resp]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer = set_up_connection(transport)
         self._server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
