@@ -8,12 +8,14 @@ cluster issue moves coordination with partition leadership). The driver:
 - turns the state machine's parked requests (`Pending`) into futures and resolves them
   from `take_completions()` after every call and every timer tick;
 - writes a group snapshot whenever the state machine reaches a Kafka store point, and
-  one batch per OffsetCommit, before answering;
+  one batch per OffsetCommit; a commit is answered, and visible to OffsetFetch, only once
+  the partition's ISR holds it (replicate, then expose: `offsets.ReplicatedOffsets`);
 - rebuilds everything at start by replaying each partition from its log start, and keeps
   that replay short by *compaction by re-append*: once a partition holds more than
-  `offsets.topic.compaction.min.records` superseded records, the live state is appended
-  again and the log start moves past the old records (no separate snapshot files, so a
-  replicated follower gets the same compacted history);
+  `offsets.topic.compaction.min.records` superseded records, the live state as appended so
+  far is appended again, and once that re-append is replicated the log start moves past
+  the old records (replicate, then truncate: a follower that takes over in between still
+  holds everything). No separate snapshot files, so a follower gets the same history;
 - expires offsets (`offsets.retention.minutes`, KIP-211) and drops offsets of deleted topics.
 """
 
@@ -32,7 +34,7 @@ from .membership import (
     SyncResult, decode_snapshot, encode_snapshot,
 )
 from .consumer_protocol import subscribed_topics
-from .offsets import OffsetStore
+from .offsets import OffsetChange, ReplicatedOffsets
 from .records import GroupKey, OffsetKey, OffsetValue
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ class GroupCoordinator:
             max_size=config.group_max_size,
         )
         self._groups: dict[str, ClassicGroup] = {}
-        self.offsets = OffsetStore()
+        self.offsets = ReplicatedOffsets()
         self._waiting: dict[Pending, asyncio.Future[Any]] = {}
         self._stats: dict[int, _PartitionStats] = {}
         self._timer_waker: asyncio.Future[None] | None = None
@@ -72,6 +74,7 @@ class GroupCoordinator:
         self._metrics = broker.metrics
         self._tasks: list[asyncio.Task[None]] = []
         self._led: set[int] = set()  # __consumer_offsets partitions this broker leads and has loaded
+        self._truncations: dict[int, asyncio.Task[None]] = {}  # partition -> log start move after compaction
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -89,7 +92,7 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run_timers()), loop.create_task(self._run_retention())]
         log.info("group coordinator loaded %d groups and %d committed offsets",
-                 len(self._groups), sum(1 for _ in self.offsets.items()))
+                 len(self._groups), sum(1 for _ in self.offsets.latest.items()))
 
     async def ensure_offsets_topic(self) -> None:
         """Create __consumer_offsets if missing: at start when enough brokers are up for its
@@ -109,9 +112,10 @@ class GroupCoordinator:
                 raise
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._truncations.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         now = self._now()
         for group in list(self._groups.values()):
             group.unload(now)
@@ -179,17 +183,12 @@ class GroupCoordinator:
                 key = OffsetKey(records.FORMAT_VERSION, group_id, name, partition)
                 writes.append((key, OffsetValue(records.FORMAT_VERSION, offset, epoch, metadata, now, expire_ms)))
         if writes:
-            end = self._append(group_id, [(records.encode(k), records.encode(v)) for k, v in writes])
-            for key, value in writes:
-                self.offsets.commit(group_id, key.topic, key.partition, value)
+            changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
+            end = self._append(group_id, [(records.encode(k), records.encode(v)) for k, v in writes], changes)
             self._metrics.offset_commits.inc(len(writes))
-            try:  # acknowledged only once the ISR holds it, like any acks=all write
-                await self._partition(records.partition_for(group_id, self._num_partitions)).wait_replicated(
-                    end, self._broker.config.offsets_commit_timeout_ms / 1000)
-            except ApiError as exc:
-                code = ErrorCode.NOT_COORDINATOR if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
-                    else ErrorCode.REQUEST_TIMED_OUT
-                return [code if c == ErrorCode.NONE else c for c in codes]
+            failure = await self._replicated(records.partition_for(group_id, self._num_partitions), end)
+            if failure is not None:
+                return [failure if c == ErrorCode.NONE else c for c in codes]
         return codes
 
     def fetch_offsets(self, group_id: str, wanted: Iterable[tuple[str, list[int]]] | None
@@ -197,18 +196,20 @@ class GroupCoordinator:
         """Committed offsets by topic and partition; None where nothing is committed.
         `wanted` None means every offset of the group."""
         self._require_coordinator(group_id)
+        self._expose(records.partition_for(group_id, self._num_partitions))
+        committed = self.offsets.committed
         if wanted is None:
             found: dict[str, dict[int, OffsetValue | None]] = {}
-            for (topic, partition), value in self.offsets.of_group(group_id).items():
+            for (topic, partition), value in committed.of_group(group_id).items():
                 found.setdefault(topic, {})[partition] = value
             return found
-        return {topic: {p: self.offsets.get(group_id, topic, p) for p in partitions} for topic, partitions in wanted}
+        return {topic: {p: committed.get(group_id, topic, p) for p in partitions} for topic, partitions in wanted}
 
-    def delete_offsets(self, group_id: str, wanted: list[tuple[str, int]]) -> tuple[int, list[int]]:
-        """OffsetDelete: (group error, per-partition errors)."""
+    async def delete_offsets(self, group_id: str, wanted: list[tuple[str, int]]) -> tuple[int, list[int]]:
+        """OffsetDelete: (group error, per-partition errors), once the deletion is replicated."""
         self._require_coordinator(group_id)
         group = self._groups.get(group_id)
-        if group is None and not self.offsets.has_group(group_id):
+        if group is None and not self.offsets.latest.has_group(group_id):
             return ErrorCode.GROUP_ID_NOT_FOUND, []
         subscribed = self._subscribed_topics(group) if group is not None else set()
         codes, removed = [], []
@@ -217,9 +218,10 @@ class GroupCoordinator:
                 codes.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                 continue
             codes.append(ErrorCode.NONE)
-            if self.offsets.get(group_id, topic, partition) is not None:
-                removed.append((group_id, topic, partition))
-        self._remove_offsets(removed)
+            removed.append((group_id, topic, partition))
+        failure = await self._removed_and_replicated(removed)
+        if failure is not None:
+            return failure, []
         return ErrorCode.NONE, codes
 
     # -- admin -----------------------------------------------------------------------------
@@ -227,7 +229,7 @@ class GroupCoordinator:
         """(group id, protocol type, state) of every group this coordinator knows."""
         listed = {gid: (g.protocol_type or "", g.state.value) for gid, g in self._groups.items()
                   if g.state is not GroupState.DEAD}
-        for gid in self.offsets.groups():
+        for gid in self.offsets.latest.groups():
             listed.setdefault(gid, ("", GroupState.EMPTY.value))
         return [(gid, ptype, state) for gid, (ptype, state) in sorted(listed.items())]
 
@@ -235,21 +237,22 @@ class GroupCoordinator:
         self._require_coordinator(group_id)
         group = self._groups.get(group_id)
         if group is None:
-            if self.offsets.has_group(group_id):
+            if self.offsets.latest.has_group(group_id):
                 return GroupDescription(GroupState.EMPTY.value, "", "", ())
             return None
         return group.describe()
 
-    def delete_group(self, group_id: str) -> int:
+    async def delete_group(self, group_id: str) -> int:
         self._require_coordinator(group_id)
         group = self._groups.get(group_id)
-        if group is None and not self.offsets.has_group(group_id):
+        if group is None and not self.offsets.latest.has_group(group_id):
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and not group.is_empty:
             return ErrorCode.NON_EMPTY_GROUP
-        self._remove_offsets([(group_id, t, p) for (t, p) in self.offsets.of_group(group_id)])
+        doomed = [(group_id, t, p) for (t, p) in self.offsets.latest.of_group(group_id)]
         self._forget_group(group_id)
-        return ErrorCode.NONE
+        failure = await self._removed_and_replicated(doomed)
+        return ErrorCode.NONE if failure is None else failure
 
     # -- driving the state machine ---------------------------------------------------------
     async def _call(self, group: ClassicGroup, operation: Callable[[], Any]) -> Any:
@@ -308,11 +311,14 @@ class GroupCoordinator:
     def _partition(self, index: int) -> "Partition":
         return self._broker.replicas.get(records.OFFSETS_TOPIC, index)
 
-    def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]]) -> int:
-        """Append to the group's partition; returns the log end offset after it."""
+    def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]],
+                changes: list[OffsetChange] | None = None) -> int:
+        """Append to the group's partition (`changes`: the offsets these records set or
+        delete); returns the log end offset after it."""
         index = records.partition_for(group_id, self._num_partitions)
         batch = records.build_batch(items, self._now())
         end = self._partition(index).append_records(memoryview(batch), acks=1).end_offset
+        self.offsets.appended(index, end, changes or [])
         stats = self._stats.setdefault(index, _PartitionStats(set()))
         for key, value in items:
             stats.records_since_compaction += 1
@@ -322,15 +328,38 @@ class GroupCoordinator:
             self._compact(index)
         return end
 
+    async def _replicated(self, index: int, end_offset: int) -> ErrorCode | None:
+        """Wait until partition `index` replicated its log below `end_offset`, like any
+        acks=all write, and expose what it replicated; the error code to answer if it did not."""
+        try:
+            await self._partition(index).wait_replicated(end_offset, self._broker.config.offsets_commit_timeout_ms / 1000)
+        except ApiError as exc:
+            return ErrorCode.NOT_COORDINATOR if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+                else ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            self._expose(index)
+        return None
+
+    def _expose(self, index: int) -> None:
+        """Make offset changes below the partition's high watermark visible to OffsetFetch."""
+        if index in self._led:
+            self.offsets.replicated(index, self._partition(index).log.high_watermark)
+
+    async def _removed_and_replicated(self, doomed: list[tuple[str, str, int]]) -> ErrorCode | None:
+        failures = [await self._replicated(index, end) for index, end in self._remove_offsets(doomed).items()]
+        return next((f for f in failures if f is not None), None)
+
     def _compact(self, index: int) -> None:
-        """Append the partition's live state again, then move the log start past the rest."""
+        """Append the partition's live state again (as appended so far: the change that
+        triggered compaction included), then, once that is replicated, move the log start
+        past the records it supersedes."""
         partition = self._partition(index)
         live: list[tuple[bytes, bytes | None]] = []
         for group_id, group in self._groups.items():
             if records.partition_for(group_id, self._num_partitions) == index and group.state is not GroupState.DEAD:
                 live.append((records.encode(GroupKey(records.FORMAT_VERSION, group_id)),
                              encode_snapshot(group.to_snapshot())))
-        for group_id, topic, p, value in self.offsets.items():
+        for group_id, topic, p, value in self.offsets.latest.items():
             if records.partition_for(group_id, self._num_partitions) == index:
                 live.append((records.encode(OffsetKey(records.FORMAT_VERSION, group_id, topic, p)),
                              records.encode(value)))
@@ -338,27 +367,49 @@ class GroupCoordinator:
         chunk = 1000
         for i in range(0, len(live), chunk):
             partition.append_records(memoryview(records.build_batch(live[i:i + chunk], self._now())), acks=1)
-        partition.log.delete_records_before(min(start, partition.log.high_watermark))
+        end = partition.log.log_end_offset
         self._stats[index] = _PartitionStats({key for key, _ in live})
         log.info("compacted %s-%d: %d live records re-appended at offset %d",
                  records.OFFSETS_TOPIC, index, len(live), start)
+        previous = self._truncations.pop(index, None)
+        if previous is not None:
+            previous.cancel()  # this compaction's start is later and covers it
+        if partition.log.high_watermark >= end:  # a lone replica: replicated already
+            _truncate_before(partition, start)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._truncate_when_replicated(partition, partition.leader_epoch, start, end))
+        self._truncations[index] = task
+        task.add_done_callback(lambda done: self._truncations.pop(index, None)
+                               if self._truncations.get(index) is done else None)
+
+    async def _truncate_when_replicated(self, partition: "Partition", epoch: int, start: int, end: int) -> None:
+        try:
+            await partition.wait_replicated(end, self._broker.config.offsets_commit_timeout_ms / 1000)
+        except ApiError as exc:
+            log.info("%s-%d: compaction's re-append not replicated (%s); the log start stays",
+                     partition.topic, partition.index, exc.message)
+            return
+        if partition.leader is not None and partition.leader_epoch == epoch:
+            _truncate_before(partition, start)
 
     def _load_partition(self, index: int) -> None:
         partition = self._partition(index)
         snapshots: dict[str, bytes | None] = {}
         stats = _PartitionStats(set())
         for entry in partition.log.iter_entries(partition.log.log_start_offset):
+            changes: list[OffsetChange] = []
             for raw_key, value in records.read_batch(entry.data):
                 stats.records_since_compaction += 1
                 (stats.live_keys.add if value is not None else stats.live_keys.discard)(raw_key)
                 key = records.decode_key(raw_key)
                 if isinstance(key, OffsetKey):
-                    if value is None:
-                        self.offsets.remove(key.group, key.topic, key.partition)
-                    else:
-                        self.offsets.commit(key.group, key.topic, key.partition, records.decode_offset(value))
+                    changes.append((key.group, key.topic, key.partition,
+                                    None if value is None else records.decode_offset(value)))
                 else:
                     snapshots[key.group] = value
+            self.offsets.appended(index, entry.last_offset + 1, changes)
+        self.offsets.replicated(index, partition.log.high_watermark)
         now = self._now()
         for group_id, value in snapshots.items():
             if value is not None:
@@ -377,11 +428,12 @@ class GroupCoordinator:
 
     def expire_offsets(self) -> int:
         retention_ms = self._broker.config.offsets_retention_minutes * 60_000
-        due = self.offsets.expired(self._now(), retention_ms, self._empty_since)
+        due = [(g, t, p) for g, t, p in self.offsets.committed.expired(self._now(), retention_ms, self._empty_since)
+               if not self.offsets.is_pending(records.partition_for(g, self._num_partitions), g, t, p)]
         self._remove_offsets(due)
         for group_id in {g for g, _, _ in due}:
             group = self._groups.get(group_id)
-            if group is not None and group.is_empty and not self.offsets.has_group(group_id):
+            if group is not None and group.is_empty and not self.offsets.latest.has_group(group_id):
                 self._forget_group(group_id)
         if due:
             log.info("expired %d committed offsets", len(due))
@@ -396,14 +448,20 @@ class GroupCoordinator:
         stamp = group.current_state_timestamp_ms
         return -1 if stamp is None else stamp
 
-    def _remove_offsets(self, doomed: list[tuple[str, str, int]]) -> None:
-        by_group: dict[str, list[tuple[bytes, None]]] = {}
+    def _remove_offsets(self, doomed: list[tuple[str, str, int]]) -> dict[int, int]:
+        """Append tombstones for the offsets that exist; returns, per partition written, the
+        log end offset to wait for."""
+        by_group: dict[str, list[tuple[str, int]]] = {}
         for group_id, topic, partition in doomed:
-            if self.offsets.remove(group_id, topic, partition):
-                key = records.encode(OffsetKey(records.FORMAT_VERSION, group_id, topic, partition))
-                by_group.setdefault(group_id, []).append((key, None))
-        for group_id, tombstones in by_group.items():
-            self._append(group_id, tombstones)
+            if self.offsets.latest.get(group_id, topic, partition) is not None:
+                by_group.setdefault(group_id, []).append((topic, partition))
+        ends: dict[int, int] = {}
+        for group_id, keys in by_group.items():
+            tombstones: list[tuple[bytes, bytes | None]] = [
+                (records.encode(OffsetKey(records.FORMAT_VERSION, group_id, t, p)), None) for t, p in keys]
+            changes: list[OffsetChange] = [(group_id, t, p, None) for t, p in keys]
+            ends[records.partition_for(group_id, self._num_partitions)] = self._append(group_id, tombstones, changes)
+        return ends
 
     def _forget_group(self, group_id: str) -> None:
         group = self._groups.pop(group_id, None)
@@ -416,7 +474,7 @@ class GroupCoordinator:
         if name == records.OFFSETS_TOPIC and topic is not None:
             self._num_partitions = topic.partitions
         if topic is None and name != records.OFFSETS_TOPIC:
-            self._remove_offsets([(g, name, p) for g, p in self.offsets.of_topic(name)])
+            self._remove_offsets([(g, name, p) for g, p in self.offsets.latest.of_topic(name)])
 
     # -- helpers ---------------------------------------------------------------------------
     def _require_coordinator(self, group_id: str) -> None:
@@ -456,10 +514,11 @@ class GroupCoordinator:
             group = self._groups.pop(group_id)
             group.unload(now)
             self._deliver(group)
-        for group_id, topic, p, _value in list(self.offsets.items()):
-            if records.partition_for(group_id, self._num_partitions) == index:
-                self.offsets.remove(group_id, topic, p)
+        self.offsets.forget(index, lambda group_id: records.partition_for(group_id, self._num_partitions) == index)
         self._stats.pop(index, None)
+        truncation = self._truncations.pop(index, None)
+        if truncation is not None:
+            truncation.cancel()
 
     def _require_membership_group(self, group_id: str) -> None:
         """Kafka accepts an empty group id only for offset and admin requests."""
@@ -480,3 +539,9 @@ class GroupCoordinator:
 
     def _now(self) -> int:
         return self._broker.clock.now_ms()
+
+
+def _truncate_before(partition: "Partition", offset: int) -> None:
+    """Move the log start of a compacted partition, and drop the producer snapshots below it."""
+    partition.log.delete_records_before(offset)
+    partition.producers.delete_snapshots_before(partition.directory, partition.log.log_start_offset)

@@ -1,12 +1,18 @@
-"""Committed offsets of all groups a coordinator owns: an in-memory map rebuilt from
+"""Committed offsets of all groups a coordinator owns: in-memory maps rebuilt from
 `__consumer_offsets`, with Kafka's expiry rule (KIP-211): offsets of a group expire
 `offsets.retention.minutes` after the group became empty (or, for a group that never had
 members, after the commit), or at the explicit expiry time old clients asked for.
+
+`ReplicatedOffsets` keeps two views, as Kafka's coordinator runtime does (replicate, then
+expose): `latest` holds every change appended to the log (what compaction must re-append
+and what expiry and deletion decide on), `committed` only the changes below the partition's
+high watermark (what OffsetFetch answers). A failover can lose an unreplicated change, so
+no client may see it before it is replicated.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Callable, Iterator
 
 from .records import OffsetValue
@@ -70,3 +76,52 @@ class OffsetStore:
                 if expired:
                     due.append((group, topic, partition))
         return due
+
+
+OffsetChange = tuple[str, str, int, "OffsetValue | None"]  # group, topic, partition, value (None: deleted)
+
+
+class ReplicatedOffsets:
+    """Offsets of the `__consumer_offsets` partitions this coordinator leads, as appended
+    (`latest`) and as replicated (`committed`). Changes move from one to the other, in log
+    order, once the partition's high watermark passes the batch that holds them."""
+
+    def __init__(self) -> None:
+        self.latest = OffsetStore()
+        self.committed = OffsetStore()
+        self._pending: dict[int, deque[tuple[int, list[OffsetChange]]]] = {}  # partition -> (end offset, changes)
+
+    def appended(self, index: int, end_offset: int, changes: list[OffsetChange]) -> None:
+        """Changes written in a batch of partition `index` ending before `end_offset`."""
+        if not changes:
+            return
+        for group, topic, partition, value in changes:
+            _apply(self.latest, group, topic, partition, value)
+        self._pending.setdefault(index, deque()).append((end_offset, changes))
+
+    def replicated(self, index: int, high_watermark: int) -> None:
+        """Expose the changes of partition `index` below `high_watermark`."""
+        pending = self._pending.get(index)
+        while pending and pending[0][0] <= high_watermark:
+            for group, topic, partition, value in pending.popleft()[1]:
+                _apply(self.committed, group, topic, partition, value)
+
+    def is_pending(self, index: int, group: str, topic: str, partition: int) -> bool:
+        """A change of this offset is appended and not yet replicated."""
+        return any((g, t, p) == (group, topic, partition)
+                   for _end, changes in self._pending.get(index, ()) for g, t, p, _v in changes)
+
+    def forget(self, index: int, in_partition: Callable[[str], bool]) -> None:
+        """Leadership of partition `index` moved: drop its offsets from both views."""
+        self._pending.pop(index, None)
+        for store in (self.latest, self.committed):
+            for group, topic, partition, _value in list(store.items()):
+                if in_partition(group):
+                    store.remove(group, topic, partition)
+
+
+def _apply(store: OffsetStore, group: str, topic: str, partition: int, value: OffsetValue | None) -> None:
+    if value is None:
+        store.remove(group, topic, partition)
+    else:
+        store.commit(group, topic, partition, value)

@@ -13,7 +13,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     results = []
     for group_id in request.groups_names:
         try:
-            code = broker.groups.delete_group(group_id)
+            code = await broker.groups.delete_group(group_id)
         except ApiError as exc:
             code = exc.code
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))

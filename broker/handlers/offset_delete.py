@@ -15,7 +15,7 @@ _Partition = _Topic.OffsetDeleteResponsePartition
 async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
-        group_error, codes = broker.groups.delete_offsets(request.group_id, wanted)
+        group_error, codes = await broker.groups.delete_offsets(request.group_id, wanted)
     except ApiError as exc:
         group_error, codes = exc.code, []
     if group_error:

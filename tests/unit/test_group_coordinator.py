@@ -13,6 +13,7 @@ from broker.broker import Broker
 from broker.clock import ManualClock
 from broker.config import load_config
 from broker.groups.records import OFFSETS_TOPIC, partition_for
+from broker.metadata.records import PartitionStateRecord
 from broker.protocol.errors import ErrorCode
 
 START_MS = 1_800_000_000_000
@@ -132,4 +133,83 @@ def test_expiry_and_topic_deletion_remove_offsets(tmp_path: Path, clock: ManualC
         again = await start_core(tmp_path, clock)
         assert again.groups.fetch_offsets("a", None) == {} and again.groups.fetch_offsets("b", None) == {}
         await stop_core(again)
+    run(scenario())
+
+
+def test_every_acknowledged_commit_survives_a_reload_even_the_one_that_compacts(tmp_path: Path,
+                                                                                 clock: ManualClock) -> None:
+    """Regression (issue 11, defect 1): the commit that triggered compaction was re-appended
+    with its old value after it (or left below the new log start), so a reload rolled it
+    back; a key committed for the first time at that moment vanished."""
+    async def scenario() -> None:
+        overrides = {"offsets.topic.compaction.min.records": "5", "offsets.topic.num.partitions": "1"}
+        broker = await start_core(tmp_path, clock, **overrides)
+        await broker.catalog.create(broker.catalog.prepare("orders", 16, {}), broker.assign_replicas(range(16), 1))
+        expected: dict[int, int] = {}
+        for i in range(24):  # several compactions; every commit is checked by a fresh replay
+            partition = i % 3 if i % 4 else 3 + i // 4  # re-commits of old keys and first commits of new ones
+            assert await commit(broker, "g", "orders", partition, 100 + i) == [ErrorCode.NONE]
+            expected[partition] = 100 + i
+            await stop_core(broker)
+            broker = await start_core(tmp_path, clock, **overrides)
+            found = broker.groups.fetch_offsets("g", None)["orders"]
+            assert {p: v.offset for p, v in found.items() if v is not None} == expected, f"after commit {i}"
+        assert broker.replicas.get(OFFSETS_TOPIC, 0).log.log_start_offset > 0  # compaction did run
+        await stop_core(broker)
+    run(scenario())
+
+
+def _lead_with_lagging_follower(broker: Broker) -> None:
+    """Make __consumer_offsets-0 a 2-replica partition whose follower (1) never fetched."""
+    partition = broker.replicas.get(OFFSETS_TOPIC, 0)
+    partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, partition.leader_epoch + 1, [0, 1]),
+                          partition.state_revision + 1)
+
+
+def _follower_catches_up(broker: Broker, clock: ManualClock) -> None:
+    partition = broker.replicas.get(OFFSETS_TOPIC, 0)
+    assert partition.leader is not None
+    leo = partition.log.log_end_offset
+    partition.leader.on_follower_fetch(1, leo, leo, clock.now_ms())
+    partition.advance_high_watermark()
+
+
+def test_a_commit_is_visible_only_once_replicated(tmp_path: Path, clock: ManualClock) -> None:
+    """Regression (issue 11, defect 1): OffsetCommit updated memory before the ISR held the
+    write, so OffsetFetch could return an offset that a failover then lost."""
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"offsets.topic.num.partitions": "1",
+                                                       "offsets.commit.timeout.ms": "50"})
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
+        assert await commit(broker, "g", "t", 0, 5) == [ErrorCode.NONE]
+        _lead_with_lagging_follower(broker)
+        assert await commit(broker, "g", "t", 0, 7) == [ErrorCode.REQUEST_TIMED_OUT]
+        assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 5
+        _follower_catches_up(broker, clock)
+        assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 7  # replicated after all: now visible
+        await stop_core(broker)
+    run(scenario())
+
+
+def test_compaction_moves_the_log_start_only_after_the_reappend_is_replicated(tmp_path: Path,
+                                                                              clock: ManualClock) -> None:
+    """Regression (issue 11, defect 1): compaction moved the log start before its re-append
+    was replicated, so a follower with a partial copy could take over without the live state."""
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"offsets.topic.num.partitions": "1",
+                                                       "offsets.topic.compaction.min.records": "5",
+                                                       "offsets.commit.timeout.ms": "5000"})
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
+        _lead_with_lagging_follower(broker)
+        log = broker.replicas.get(OFFSETS_TOPIC, 0).log
+        commits = [asyncio.create_task(commit(broker, "g", "t", 0, i)) for i in range(8)]  # compacts on the way
+        await asyncio.sleep(0)
+        assert log.log_end_offset > 8 and log.log_start_offset == 0  # re-appended, start kept
+        _follower_catches_up(broker, clock)
+        assert [await c for c in commits] == [[ErrorCode.NONE]] * 8
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert log.log_start_offset > 0
+        assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 7
+        await stop_core(broker)
     run(scenario())
