@@ -69,25 +69,28 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                                       log_start_offset=outcome.log_start_offset, record_errors=[],
                                       error_message=None))
         topics.append(_Topic(name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results))
+    if acks == 0 and any(p is not None and p.error_code for t in topics for p in t.partition_responses):
+        raise ConnectionFault("acks=0 produce failed for at least one partition")
+    # Submitted before anything is awaited: a partition's batches keep the order in which
+    # requests arrived, whatever else a request holds (a classic acks=all wait, say).
+    futures = broker.wal.submit([append for _results, _slot, append in diskless]) if diskless else []
     if acks == 0:
-        if any(p is not None and p.error_code for t in topics for p in t.partition_responses):
-            raise ConnectionFault("acks=0 produce failed for at least one partition")
-        if diskless:
-            broker.wal.submit([append for _results, _slot, append in diskless])  # nobody waits for the answer
-        return None
-    if replicating:
-        await _wait_replicated(broker, replicating, request.timeout_ms / 1000)
-    if diskless:
-        futures = broker.wal.submit([append for _results, _slot, append in diskless])
-        for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
-            if result.error_code:
-                results[slot] = _error(broker, append.partition, ErrorCode(result.error_code), result.error_message)
-                continue
-            metrics.produced_bytes.inc(append.size)
-            results[slot] = _Partition(index=append.partition, error_code=0, base_offset=result.base_offset,
-                                       log_append_time_ms=result.log_append_time_ms,
-                                       log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
+        return None  # nobody reads the answer
+    await asyncio.gather(_wait_replicated(broker, replicating, request.timeout_ms / 1000),
+                         _wait_committed(broker, diskless, futures))
     return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+async def _wait_committed(broker, diskless, futures) -> None:  # type: ignore[no-untyped-def]
+    """Diskless partitions: answer with the leader's commit (offsets, or why not)."""
+    for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
+        if result.error_code:
+            results[slot] = _error(broker, append.partition, ErrorCode(result.error_code), result.error_message)
+            continue
+        broker.metrics.produced_bytes.inc(append.size)
+        results[slot] = _Partition(index=append.partition, error_code=0, base_offset=result.base_offset,
+                                   log_append_time_ms=result.log_append_time_ms,
+                                   log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
 
 
 def _check_representative(broker, topic, index: int, client_az: str | None) -> None:  # type: ignore[no-untyped-def]
@@ -106,6 +109,8 @@ def _check_representative(broker, topic, index: int, client_az: str | None) -> N
 
 async def _wait_replicated(broker, waits, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
     """acks=all on classic partitions: answer once the ISR holds the records (or say why not)."""
+    if not waits:
+        return
     outcomes = await asyncio.gather(*(partition.wait_replicated(end, timeout_s) for _, _, partition, end in waits),
                                     return_exceptions=True)
     for (results, slot, partition, _end), outcome in zip(waits, outcomes):

@@ -1,0 +1,72 @@
+"""The Produce handler over real partitions, the real WAL writer and the in-memory object
+store (no sockets): what a request's mix of classic and diskless partitions must not change."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from broker.config import load_config
+from broker.handlers import produce
+from broker.metadata.records import PartitionStateRecord
+from broker.objectstore import MemoryObjectStore
+from broker.partition import Partition
+from broker.topic_config import effective
+from broker.topics import Topic
+from tests.unit.test_wal_writer import TOPIC_ID, Rig
+
+CLASSIC_ID = uuid.UUID(int=7)
+
+
+def plain_batch(value: bytes, now_ms: int) -> bytes:
+    """A non-idempotent batch, as librdkafka sends by default."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder.append(0, timestamp=now_ms, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def request(acks: int, *topics: tuple[str, bytes]) -> SimpleNamespace:
+    return SimpleNamespace(acks=acks, transactional_id=None, timeout_ms=30_000, topic_data=[
+        SimpleNamespace(name=name, topic_id=None, partition_data=[SimpleNamespace(index=0, records=records)])
+        for name, records in topics])
+
+
+def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: Path) -> None:
+    """Regression (issue 11, defect 2): a request holding a classic acks=all partition and a
+    diskless one submitted its diskless batch only after the classic replication wait, so the
+    next request's batch for the same diskless partition was committed first."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
+        classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
+        classic = Partition.open("c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000,
+                                 on_append=lambda p: None)
+        classic.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 1, [0, 1]), 1)  # acks=all waits for 1
+        topics = {"t": Topic("t", TOPIC_ID, 1, {}, rig.settings), "c": Topic("c", CLASSIC_ID, 1, {}, classic_settings)}
+        broker = SimpleNamespace(
+            metrics=rig.metrics, clock=rig.clock, wal=rig.writer, node_id=0,
+            router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
+            catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
+            view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
+            replicas=SimpleNamespace(get=lambda name, index: classic))
+        header = SimpleNamespace(peer="p", client_id="c")
+        now = rig.clock.now_ms()
+        first = asyncio.create_task(produce.handle(broker, header, request(
+            -1, ("c", plain_batch(b"classic", now)), ("t", plain_batch(b"first", now)))))
+        second = asyncio.create_task(produce.handle(broker, header, request(-1, ("t", plain_batch(b"second", now)))))
+        await asyncio.sleep(0.05)  # the classic follower fetches a little later
+        assert classic.leader is not None
+        leo = classic.log.log_end_offset
+        classic.leader.on_follower_fetch(1, leo, leo, rig.clock.now_ms())
+        classic.advance_high_watermark()
+        one, two = await asyncio.gather(first, second)
+        assert [p.error_code for t in one.responses for p in t.partition_responses] == [0, 0]
+        assert one.responses[1].partition_responses[0].base_offset == 0
+        assert two.responses[0].partition_responses[0].base_offset == 1
+        values = [r.value for raw in await rig.read_back(0) for r in DefaultRecordBatch(raw)]
+        assert values == [b"first", b"second"]
+    asyncio.run(scenario())
