@@ -306,29 +306,49 @@ class Partition:
                            f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
 
     def _append(self, kind: EntryKind, items: list[tuple[BatchHeader, memoryview | bytearray | bytes]]) -> AppendOutcome:
-        """Deduplicate against producer state and append; a duplicate answers with its offsets."""
+        """Deduplicate against producer state and append, all batches or none (as Kafka
+        appends a partition's record set): if a later batch is refused or its write fails,
+        the earlier ones are cut off again. A duplicate answers with its offsets."""
         first_offset = -1
         appended = 0
         append_time = items[0][0].max_timestamp if self.settings.log_append_time and items else -1
-        for header, data in items:
-            verdict = self.producers.check(header)
-            if isinstance(verdict, DuplicateBatch):
+        start = self.log.log_end_offset
+        try:
+            for header, data in items:
+                verdict = self.producers.check(header)
+                if isinstance(verdict, DuplicateBatch):
+                    if first_offset < 0:
+                        first_offset = verdict.base_offset
+                    continue
+                if verdict is not None:
+                    raise ApiError(verdict, f"producer {header.producer_id} epoch {header.producer_epoch} "
+                                            f"sequence {header.base_sequence}: {verdict.name}")
+                result = self.log.append(kind, header, data, self.leader_epoch)
+                self.producers.on_append(header, result.base_offset, header.max_timestamp)
                 if first_offset < 0:
-                    first_offset = verdict.base_offset
-                continue
-            if verdict is not None:
-                raise ApiError(verdict, f"producer {header.producer_id} epoch {header.producer_epoch} "
-                                        f"sequence {header.base_sequence}: {verdict.name}")
-            result = self.log.append(kind, header, data, self.leader_epoch)
-            self.producers.on_append(header, result.base_offset, header.max_timestamp)
-            if first_offset < 0:
-                first_offset = result.base_offset
-            appended += header.size
+                    first_offset = result.base_offset
+                appended += header.size
+        except BaseException:
+            if self.log.log_end_offset > start:
+                self._roll_back(start)
+            raise
         if appended:
             self.advance_high_watermark()
             self._on_append(self)
         return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended,
                              self.log.log_end_offset)
+
+    def _roll_back(self, offset: int) -> None:
+        """Cut off what a failed append wrote (nobody saw it: no await in between). If even
+        that fails, the entries stay and are exposed like any append, so that the log, the
+        high watermark and the waiters agree; the producer still gets the error."""
+        try:
+            self.log.truncate_to(offset)
+            self._reload_producers()
+        except Exception:
+            log.exception("%s-%d: could not cut a failed append back to offset %d", self.topic, self.index, offset)
+            self.advance_high_watermark()
+            self._on_append(self)
 
     def update_settings(self, settings: TopicSettings) -> None:
         self.settings = settings

@@ -13,6 +13,7 @@ so the WAL file manager may delete an uncommitted object once deadline + grace h
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import TYPE_CHECKING, Awaitable, Protocol
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from ..partition import Partition
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
+
+log = logging.getLogger(__name__)
 
 COMMIT_VERSION = 1
 
@@ -136,6 +139,8 @@ class LocalCommitter:
         return CommitResponse(COMMIT_VERSION, [self._apply_partition(request.object_id, p) for p in request.partitions])
 
     def _apply_partition(self, object_id: str, part: CommitPartition) -> CommitResult:
+        """One partition's outcome, exactly: appended, or refused with nothing appended
+        (Partition appends all batches or none), whatever happens to the others."""
         try:
             topic = self._catalog.by_id(part.topic_id)
             if topic is None:
@@ -145,5 +150,9 @@ class LocalCommitter:
                 [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks)
         except ApiError as exc:
             return failed(exc)
+        except Exception as exc:  # a disk error, a log closed under us: this partition only
+            log.exception("commit of WAL object %s to partition %s-%d failed", object_id, part.topic_id,
+                          part.partition)
+            return failed(ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"commit failed, nothing was appended: {exc}"))
         return CommitResult(0, None, outcome.base_offset, outcome.log_append_time_ms, outcome.log_start_offset,
                             outcome.end_offset)

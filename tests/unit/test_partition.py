@@ -97,3 +97,41 @@ def test_log_append_time_is_stamped(tmp_path: Path, clock: ManualClock) -> None:
     assert outcome.log_append_time_ms == CLOCK_START + 123
     entry = partition.log.read(0, 1 << 20, partition.log.high_watermark)[0]
     assert entry.header.max_timestamp == CLOCK_START + 123
+
+
+def test_an_append_is_all_batches_or_none(tmp_path: Path, clock: ManualClock) -> None:
+    """Regression (issue 11, defect 7): when a later batch of a multi-batch append was refused,
+    the earlier ones stayed in the log, with the high watermark not advanced and nobody woken
+    (RF=1: invisible data that a retry would duplicate)."""
+    partition = open_partition(tmp_path, clock)
+    woken: list[int] = []
+    partition._on_append = lambda p: woken.append(p.log.high_watermark)
+    records = memoryview(bytes(batch(0)) + bytes(batch(5)))  # the second batch skips sequences 2-4
+    with pytest.raises(ApiError) as refused:
+        partition.append_records(records, acks=-1)
+    assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert partition.log.log_end_offset == 0 and partition.log.high_watermark == 0 and woken == []
+    outcome = partition.append_records(batch(0), acks=-1)  # the retry of the first batch is new, not a duplicate
+    assert (outcome.base_offset, outcome.appended_bytes > 0, partition.log.high_watermark) == (0, True, 2)
+
+
+def test_a_failed_write_mid_append_is_cut_back(tmp_path: Path, clock: ManualClock) -> None:
+    """Regression (issue 11, defect 7): an I/O error on the second batch left the first one
+    appended but unexposed."""
+    partition = open_partition(tmp_path, clock)
+    real_append = partition.log.append
+    calls = []
+
+    def failing_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_append(*args, **kwargs)
+
+    partition.log.append = failing_second  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        partition.append_records(memoryview(bytes(batch(0)) + bytes(batch(2))), acks=1)
+    partition.log.append = real_append  # type: ignore[method-assign]
+    assert partition.log.log_end_offset == 0
+    assert partition.append_records(memoryview(bytes(batch(0)) + bytes(batch(2))), acks=1).base_offset == 0
+    assert partition.log.high_watermark == 4

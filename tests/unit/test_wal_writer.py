@@ -291,3 +291,17 @@ def test_close_ships_everything_including_requests_waiting_for_backpressure(tmp_
         assert all(f.done() and f.result().error_code == 0 for f in futures)
         assert rig.partitions[0].log.log_end_offset == 80
     run(scenario())
+
+
+def test_an_unexpected_error_in_one_partition_fails_only_that_partition(tmp_path: Path) -> None:
+    """Regression (issue 11, defect 7): an OSError (or a closed log) inside a commit escaped
+    `apply` and failed every slot of the WAL object, although other partitions were already
+    appended: their producers retried and duplicated."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=3)
+        rig.partitions[1].log.close()  # appends now raise LogClosedError
+        results = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=20 + i))
+                                                           for i in range(3)]))
+        assert [r.error_code for r in results] == [0, ErrorCode.KAFKA_STORAGE_ERROR, 0]
+        assert [rig.partitions[i].log.log_end_offset for i in (0, 2)] == [2, 2]
+    run(scenario())
