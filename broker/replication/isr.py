@@ -6,7 +6,9 @@ on the state's revision, so it fails (and is forgotten) when the controller or a
 leader changed the partition first: a deposed leader can never widen or narrow an ISR it
 no longer owns. Until the store confirms, the high watermark counts the larger of the old
 and proposed ISR (Kafka's "maximal ISR"), so no acknowledgement relies on a change that
-might not happen.
+might not happen. When the store's answer is ambiguous (MetadataUnavailable: the write may
+or may not have happened), the larger ISR is kept until a read of the state tells: the
+controller may already be electing from an ISR that holds the new member.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..metadata import KeyValue, MetadataError, RevisionConflict
+from ..metadata import KeyValue, MetadataError, MetadataUnavailable
 from ..metadata import records
 
 if TYPE_CHECKING:
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from ..replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+RESOLVE_BACKOFF_S = 0.5  # between reads of a state whose write had an unknown outcome
 
 
 class IsrUpdater:
@@ -86,10 +90,35 @@ class IsrUpdater:
         value = records.encode(record)
         try:
             new_revision = await self._store.put(key, value, expected_revision=revision)
-        except (RevisionConflict, MetadataError) as exc:
+        except MetadataUnavailable as exc:
+            log.warning("%s-%d: ISR change to %s has an unknown outcome (%s): keeping the larger ISR until "
+                        "the metadata store answers", partition.topic, partition.index, record.isr, exc)
+            await self._resolve(partition, key, revision)
+            return
+        except MetadataError as exc:  # a conflict, or a refusal: not applied
             if partition.leader is not None:
                 partition.leader.abort_isr_change()
             log.info("%s-%d: ISR change to %s not applied (%s)", partition.topic, partition.index, record.isr, exc)
             return
         log.info("%s-%d: ISR is now %s", partition.topic, partition.index, record.isr)
         await self._view.apply_put(KeyValue(key, value, new_revision))
+
+    async def _resolve(self, partition: "Partition", key: str, revision: int) -> None:
+        """Read the state until the store answers: still at `revision` means the write did not
+        happen (the committed ISR stands); anything newer goes to the view, which settles the
+        pending change with what the store holds (ours, or a later decision)."""
+        epoch = partition.leader_epoch
+        while partition.leader is not None and partition.leader_epoch == epoch \
+                and partition.leader.pending_isr is not None:
+            try:
+                current = await self._store.get(key)
+            except MetadataUnavailable:
+                await asyncio.sleep(RESOLVE_BACKOFF_S)
+                continue
+            if current is None:
+                return  # the partition was deleted
+            if current.revision == revision:
+                partition.leader.abort_isr_change()
+            else:
+                await self._view.apply_put(current)
+            return
