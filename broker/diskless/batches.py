@@ -14,22 +14,25 @@ from collections.abc import Sequence
 from ..log import EntryKind, LogEntry
 from ..protocol.batch import BATCH_HEADER_SIZE
 from .coordinates import decode_ref
-from .reader import WalReader
+from .reader import ReadFailure, WalReader
 
 Pieces = list[memoryview | bytes]  # a batch as buffers to concatenate
 
 
-async def batch_pieces(reader: WalReader, entries: Sequence[LogEntry]) -> list[Pieces]:
-    """One list of buffers per entry (empty for kinds that are not batches), in order.
-    Raises the reader's errors (ObjectStoreError, WalReadError)."""
+async def batch_pieces(reader: WalReader, entries: Sequence[LogEntry]) -> list[Pieces | ReadFailure]:
+    """One outcome per entry, in order: the buffers of its batch (empty for kinds that are
+    not batches), or the reader's error for a batch that could not be read (ObjectStoreError,
+    WalReadError). A failure touches only the entries whose bytes it concerns."""
     refs = [decode_ref(e.payload) for e in entries if e.kind == EntryKind.COORDINATES]
-    bodies = iter(await reader.read(refs)) if refs else iter(())
-    pieces: list[Pieces] = []
+    bodies = iter(await reader.read_each(refs)) if refs else iter(())
+    pieces: list[Pieces | ReadFailure] = []
     for entry in entries:
         if entry.kind == EntryKind.RECORDS:
             pieces.append([entry.data])
         elif entry.kind == EntryKind.COORDINATES:
-            pieces.append([entry.data[:BATCH_HEADER_SIZE], next(bodies)[BATCH_HEADER_SIZE:]])
+            body = next(bodies)
+            pieces.append(body if isinstance(body, Exception) else
+                          [entry.data[:BATCH_HEADER_SIZE], body[BATCH_HEADER_SIZE:]])
         else:
             pieces.append([])
     return pieces

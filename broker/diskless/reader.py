@@ -49,6 +49,9 @@ class WalReadError(Exception):
     retriable = False
 
 
+ReadFailure = Exception  # WalReadError, or the store's ObjectStoreError (NotFound: the object is gone)
+
+
 @dataclass(eq=False, slots=True)
 class _Get:
     """One ranged GET [start, end) of an object, in flight or just landed."""
@@ -86,7 +89,18 @@ class WalReader:
         """The bytes of every batch, in the order given: each a view of exactly `ref.length`
         bytes. Raises WalReadError for bytes that are not the batch, and the store's
         ObjectStoreError (NotFound: the object is gone) unchanged."""
-        views = [self._cache.get(ref.object_id, ref.offset, ref.end) for ref in refs]
+        outcomes = await self.read_each(refs)
+        failure = next((o for o in outcomes if isinstance(o, Exception)), None)
+        if failure is not None:
+            raise failure
+        return outcomes  # type: ignore[return-value]  # no exception among them
+
+    async def read_each(self, refs: Sequence[WalRef]) -> list[memoryview | ReadFailure]:
+        """Like `read`, but one outcome per batch: its bytes, or why they could not be read.
+        One unreadable object fails only the batches in it, so a fetch can still serve the
+        partitions (and the batches before the failure) that do not depend on it."""
+        views: list[memoryview | ReadFailure | None] = [
+            self._cache.get(ref.object_id, ref.offset, ref.end) for ref in refs]
         misses: dict[str, list[int]] = {}
         for i, view in enumerate(views):
             if view is None:
@@ -95,10 +109,13 @@ class WalReader:
         for object_id, indices in misses.items():
             self._plan(object_id, refs, indices, members)
         gets = list(members)
-        results = await asyncio.gather(*(asyncio.shield(get.task) for get in gets))
+        results = await asyncio.gather(*(asyncio.shield(get.task) for get in gets), return_exceptions=True)
         for get, data in zip(gets, results, strict=True):
+            if isinstance(data, BaseException) and not isinstance(data, Exception):
+                raise data  # a cancellation of our own
             for i in members[get]:
-                views[i] = memoryview(data)[refs[i].offset - get.start:refs[i].end - get.start]
+                views[i] = data if isinstance(data, Exception) else \
+                    memoryview(data)[refs[i].offset - get.start:refs[i].end - get.start]
         return [_checked(ref, view) for ref, view in zip(refs, views, strict=True)]
 
     def _plan(self, object_id: str, refs: Sequence[WalRef], indices: list[int], members: dict[_Get, list[int]]) -> None:
@@ -137,18 +154,20 @@ class WalReader:
         return data
 
 
-def _checked(ref: WalRef, view: memoryview | None) -> memoryview:
+def _checked(ref: WalRef, view: memoryview | ReadFailure | None) -> memoryview | ReadFailure:
     """The view, once it is exactly one batch of `ref.length` bytes (a GET past the end of a
-    shorter object returns fewer bytes than asked)."""
+    shorter object returns fewer bytes than asked); else why not."""
     assert view is not None, "every cache miss is served by a GET"
+    if isinstance(view, Exception):
+        return view
     if len(view) != ref.length:
-        raise WalReadError(
+        return WalReadError(
             f"WAL object {ref.object_id}: {len(view)} bytes at offset {ref.offset}, expected {ref.length} "
             "(object shorter than its coordinates)"
         )
     batch_length = int.from_bytes(view[_BATCH_LENGTH], "big", signed=True)
     if ref.length < BATCH_HEADER_SIZE or batch_length + LOG_OVERHEAD != ref.length:
-        raise WalReadError(
+        return WalReadError(
             f"WAL object {ref.object_id}: batch at offset {ref.offset} has batchLength {batch_length}, "
             f"expected {ref.length - LOG_OVERHEAD} (corrupt object or coordinates)"
         )

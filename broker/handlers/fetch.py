@@ -19,9 +19,7 @@ import logging
 from kafka.protocol.consumer import FetchResponse
 
 from ..diskless.batches import batch_pieces
-from ..diskless.reader import WalReadError
 from ..log import EntryKind, OffsetOutOfRangeError
-from ..objectstore import ObjectStoreError
 from ..protocol.errors import ApiError, ErrorCode
 from .common import resolve_topic
 from .remote_reads import Wanted, read_remote
@@ -83,16 +81,23 @@ def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-unty
 
 
 async def _resolve(broker, found):  # type: ignore[no-untyped-def]
-    """Fill each partition's records: classic entries as stored, diskless ones from WAL objects."""
-    try:
-        pieces = iter(await batch_pieces(broker.wal_reader, [e for _response, entries in found for e in entries]))
-    except (ObjectStoreError, WalReadError) as exc:
-        logger.warning("fetch could not read WAL objects: %s", exc)
-        for response, _entries in found:
-            response.error_code, response.records = ErrorCode.KAFKA_STORAGE_ERROR, b""
-        return
+    """Fill each partition's records: classic entries as stored, diskless ones from WAL objects.
+    A batch that cannot be read (its object missing or damaged) ends its partition's answer
+    there: the batches before it are served, and a partition with none gets
+    KAFKA_STORAGE_ERROR (retriable); every other partition is served as usual."""
+    outcomes = iter(await batch_pieces(broker.wal_reader, [e for _response, entries in found for e in entries]))
     for response, entries in found:
-        response.records = b"".join([piece for _entry in entries for piece in next(pieces)])
+        served: list = []
+        failure = None
+        for outcome in (next(outcomes) for _entry in entries):
+            if failure is None and isinstance(outcome, Exception):
+                failure = outcome
+            elif failure is None:
+                served += outcome
+        if failure is not None and not served:
+            logger.warning("fetch of partition %d could not read its WAL object: %s", response.partition_index, failure)
+            response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        response.records = b"".join(served)
 
 
 def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]

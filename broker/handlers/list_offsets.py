@@ -10,8 +10,6 @@ from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
 from ..diskless.batches import batch_pieces
-from ..diskless.reader import WalReadError
-from ..objectstore import ObjectStoreError
 from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
 from ..protocol.errors import ApiError, ErrorCode
 from .fetch import check_leader_epoch
@@ -80,10 +78,9 @@ async def _first_record_at_or_after(broker, entry, target: int, exact: bool) -> 
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         return header.base_offset, header.max_timestamp
-    try:
-        [pieces] = await batch_pieces(broker.wal_reader, [entry])
-    except (ObjectStoreError, WalReadError) as exc:
-        raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {exc}") from None
+    [pieces] = await batch_pieces(broker.wal_reader, [entry])
+    if isinstance(pieces, Exception):
+        raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {pieces}")
     for record in DefaultRecordBatch(b"".join(pieces)):
         if record.timestamp == target if exact else record.timestamp >= target:
             return record.offset, record.timestamp

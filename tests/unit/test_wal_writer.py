@@ -75,7 +75,9 @@ class Rig:
         log = self.partitions[index].log
         entries = log.read(log.log_start_offset, 1 << 30, log.high_watermark)
         assert all(e.kind == EntryKind.COORDINATES for e in entries)
-        return [b"".join(p) for p in await batch_pieces(self.reader, entries)]
+        pieces = await batch_pieces(self.reader, entries)
+        assert not any(isinstance(p, Exception) for p in pieces), pieces
+        return [b"".join(p) for p in pieces]  # type: ignore[arg-type]
 
 
 def sequence_batches(producer_id: int, n: int, count: int = 2) -> list[memoryview]:
