@@ -65,7 +65,10 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
 
 
 def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-untyped-def]
-    """Diskless partitions of the request that this broker does not host."""
+    """Diskless partitions of the request that this broker cannot serve itself: those it does
+    not host, and those whose replica here is a follower that does not hold the offset (a
+    lagging replica must not answer OFFSET_OUT_OF_RANGE to a client that takes it for the
+    leader: the client would reset its offsets)."""
     wanted = []
     for fetch_topic in request.topics:
         try:
@@ -75,7 +78,11 @@ def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-unty
         if not topic.settings.diskless:
             continue
         for p in fetch_topic.partitions:
-            if (topic.name, p.partition) not in broker.replicas.partitions and 0 <= p.partition < topic.partitions:
+            if not 0 <= p.partition < topic.partitions:
+                continue
+            hosted = broker.replicas.partitions.get((topic.name, p.partition))
+            if hosted is None or (hosted.leader is None and not
+                                  hosted.log.log_start_offset <= p.fetch_offset <= hosted.log.log_end_offset):
                 wanted.append((topic.name, p.partition, str(topic.topic_id), p.fetch_offset, p.partition_max_bytes))
     return wanted
 
@@ -134,14 +141,7 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
                         else broker.replicas.leader(topic.name, index)
                     check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
                     log = partition.log
-                    if first_batch_pending:
-                        entries = log.read(fetch_partition.fetch_offset, max(limit, 0), log.high_watermark)
-                    elif limit > 0:
-                        entries = log.read(fetch_partition.fetch_offset, limit, log.high_watermark)
-                        if entries and entries[0].header.size > limit:
-                            entries = []
-                    else:
-                        entries = []
+                    entries = _read_local(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
                 high_watermark = log.high_watermark
             except OffsetOutOfRangeError:
                 has_error = True
@@ -166,6 +166,24 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
                 found.append((response, entries))
         topics.append(_Topic(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id, partitions=partitions))
     return topics, total, has_error, keys, found
+
+
+def _read_local(partition, offset: int, limit: int, first_batch_pending: bool):  # type: ignore[no-untyped-def]
+    """Entries below the high watermark from `offset`, sized by KIP-74. A follower whose log
+    no longer holds the offset (truncated since the fetch began) serves nothing rather than
+    OFFSET_OUT_OF_RANGE: only the leader may say that, and the next fetch asks it."""
+    log = partition.log
+    try:
+        if first_batch_pending:
+            return log.read(offset, max(limit, 0), log.high_watermark)
+        if limit <= 0:
+            return []
+        entries = log.read(offset, limit, log.high_watermark)
+    except OffsetOutOfRangeError:
+        if partition.leader is None:
+            return []
+        raise
+    return [] if entries and entries[0].header.size > limit else entries
 
 
 def _within(entries, limit: int, first_batch_pending: bool):  # type: ignore[no-untyped-def]

@@ -1,7 +1,9 @@
-"""Partition requests for diskless partitions this broker does not host (a stateless broker,
-or a representative without a replica): ListOffsets and OffsetForLeaderEpoch are sent on,
-whole or per source broker, to a replica in this broker's AZ (the leader when the AZ has
-none) over the RPC, and that broker answers them as if the client had asked it."""
+"""Partition requests for diskless partitions this broker does not lead (a stateless broker,
+or a representative that hosts no replica or a follower): ListOffsets and
+OffsetForLeaderEpoch are sent on, per leader, to the partition's leader over the RPC, which
+answers them as if the client had asked it. They are rare and small (a consumer's start,
+a leader change), so their crossing an AZ costs little, and only the leader's answers are
+safe to act on."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.header import RequestHeader
 from ..protocol.messages import REQUEST_CLASSES, RESPONSE_CLASSES
 from ..replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
-from ..rpc import RpcError
+from ..rpc import RpcError, RpcUnavailable
 from . import registry
-from .remote_reads import source_replica
+from .remote_reads import leader_of
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -24,12 +26,16 @@ FORWARD_TIMEOUT_S = 30.0
 
 
 def forward_target(broker: "Broker", header: RequestHeader, topic: "Topic", index: int) -> int | None:
-    """The broker to ask about this partition, or None to answer here."""
-    if header.forwarded or not topic.settings.diskless or (topic.name, index) in broker.replicas.partitions:
+    """The broker to ask about this diskless partition, or None to answer here: its leader,
+    when this broker is not it. A follower's log end and epoch history may lag the leader's
+    (it restarted, or is catching up), and a client that takes this broker for the leader
+    would act on them: reset its offsets, or see a truncation that did not happen."""
+    if header.forwarded or not topic.settings.diskless or not 0 <= index < topic.partitions:
         return None
-    if not 0 <= index < topic.partitions:
+    hosted = broker.replicas.partitions.get((topic.name, index))
+    if hosted is not None and hosted.leader is not None:
         return None
-    return source_replica(broker, str(topic.topic_id), index)
+    return leader_of(broker, str(topic.topic_id), index)
 
 
 def sub_request(request: Any, topics_attr: str, partitions_attr: str, wanted: list[tuple[int, int]]) -> Any:
@@ -52,7 +58,9 @@ def _rebuilt(message: Any, **changes: Any) -> Any:
 
 async def forward(broker: "Broker", node: int, header: RequestHeader, request: Any) -> Any:
     """Send `request` to broker `node` and return its decoded response (RpcError if it fails)."""
-    registration = broker.view.brokers[node]
+    registration = broker.view.brokers.get(node)
+    if registration is None:
+        raise RpcUnavailable(f"broker {node} left the cluster")
     message = KafkaForwardRequest(REPLICATION_VERSION, header.api_key, header.api_version, header.client_id,
                                   bytes(request.encode(version=header.api_version)))
     client = broker.rpc_pool.get(node, registration.rpc_host or "", registration.rpc_port)

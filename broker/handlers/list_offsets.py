@@ -35,9 +35,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                # any replica of a diskless partition answers; a classic one needs its leader
-                partition = broker.replicas.get(list_topic.name, index) if topic is not None and \
-                    topic.settings.diskless else broker.replicas.leader(list_topic.name, index)
+                partition = broker.replicas.leader(list_topic.name, index)  # others send it on (forwarding.py)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
                 partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,

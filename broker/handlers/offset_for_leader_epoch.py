@@ -30,8 +30,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                partition = broker.replicas.get(wanted.topic, asked.partition) if topic is not None and \
-                    topic.settings.diskless else broker.replicas.leader(wanted.topic, asked.partition)
+                partition = broker.replicas.leader(wanted.topic, asked.partition)  # others send it on
                 check_leader_epoch(asked.current_leader_epoch, partition.leader_epoch)
                 epoch, end = partition.epochs.end_offset_for(asked.leader_epoch, partition.log.log_end_offset)
                 partitions.append(_Partition(error_code=0, partition=asked.partition, leader_epoch=epoch,

@@ -1,18 +1,22 @@
-"""Fetch of diskless partitions this broker does not host: the entries come from a replica
-in this broker's AZ (the leader only when the AZ has none) over the RPC, the batches from
-the object cache or the object store, so record bytes never cross an AZ
-(replication/read_service.py is the other side)."""
+"""Fetch of diskless partitions this broker does not host, or hosts as a replica that does
+not hold the offset asked for (it restarted and is catching up, or its retention moved its
+log start): the entries come from an in-sync replica in this broker's AZ (the leader first;
+the leader itself when the AZ has none, or when that replica cannot serve the offset either)
+over the RPC, the batches from the object cache or the object store, so record bytes never
+cross an AZ (replication/read_service.py is the other side). Only the leader may answer
+OFFSET_OUT_OF_RANGE: a client told so by a lagging replica would reset its offsets."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..log import EntryKind, LogEntry
 from ..protocol.batch import parse_header
 from ..protocol.errors import ErrorCode
 from ..replication.messages import REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest
-from ..rpc import RpcError
+from ..rpc import RpcError, RpcUnavailable
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -34,34 +38,63 @@ class RemoteRead:
 
 
 def source_replica(broker: "Broker", topic_id: str, partition: int) -> int | None:
-    """A live replica in this broker's AZ (the leader first), else the leader."""
+    """Who serves a partition's entries to this broker when it cannot: an in-sync replica
+    in its AZ (the leader first), else the leader; never this broker itself."""
     state = broker.view.partitions.get((topic_id, partition))
     if state is None:
         return None
     record = state.record
     live = broker.view.brokers
-    local = [r for r in [record.leader, *record.replicas] if r in live and live[r].az == broker.config.az]
-    if local:
-        return local[0]
-    return record.leader if record.leader in live else None
+    me = broker.config.node_id
+    in_sync = [r for r in [record.leader, *record.isr]
+               if r != me and r in live and live[r].az == broker.config.az]
+    if in_sync:
+        return in_sync[0]
+    return record.leader if record.leader != me and record.leader in live else None
+
+
+def leader_of(broker: "Broker", topic_id: str, partition: int) -> int | None:
+    """The partition's live leader, if it is another broker."""
+    state = broker.view.partitions.get((topic_id, partition))
+    if state is None:
+        return None
+    leader = state.record.leader
+    return leader if leader != broker.config.node_id and leader in broker.view.brokers else None
 
 
 async def read_remote(broker: "Broker", wanted: list[Wanted], max_wait_ms: int) -> dict[tuple[str, int], RemoteRead]:
-    """Entries for every wanted partition, one RPC per source broker, concurrently."""
+    """Entries for every wanted partition, one RPC per source broker, concurrently. A source
+    that is not the leader serves only offsets it holds; for the others it answers
+    OFFSET_NOT_AVAILABLE and the leader is asked, whose answer (OFFSET_OUT_OF_RANGE included)
+    is authoritative."""
+    answers = await _ask_sources(broker, wanted, max_wait_ms, source_replica)
+    again = [item for item in wanted if answers[(item[0], item[1])].error_code == ErrorCode.OFFSET_NOT_AVAILABLE]
+    if again:
+        answers.update(await _ask_sources(broker, again, max_wait_ms, leader_of))
+    for read in answers.values():
+        if read.error_code == ErrorCode.OFFSET_NOT_AVAILABLE:  # leadership moved meanwhile
+            read.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return answers
+
+
+async def _ask_sources(broker: "Broker", wanted: list[Wanted], max_wait_ms: int,
+                       choose: Callable[["Broker", str, int], int | None]) -> dict[tuple[str, int], RemoteRead]:
     by_source: dict[int, list[Wanted]] = {}
     answers: dict[tuple[str, int], RemoteRead] = {}
     for item in wanted:
-        source = source_replica(broker, item[2], item[1])
+        source = choose(broker, item[2], item[1])
         if source is None:
             answers[(item[0], item[1])] = RemoteRead(ReadResult(item[2], item[1], ErrorCode.LEADER_NOT_AVAILABLE, -1, -1))
         else:
             by_source.setdefault(source, []).append(item)
 
     async def ask(source: int, items: list[Wanted]) -> None:
-        registration = broker.view.brokers[source]
         request = ReplicaReadRequest(REPLICATION_VERSION, max_wait_ms,
                                      [ReadPartition(tid, index, offset, limit) for _n, index, tid, offset, limit in items])
         try:
+            registration = broker.view.brokers.get(source)
+            if registration is None:
+                raise RpcUnavailable(f"broker {source} left the cluster")
             client = broker.rpc_pool.get(source, registration.rpc_host or "", registration.rpc_port)
             response = await client.call(request, max_wait_ms / 1000 + RPC_MARGIN_S)
             results = response.partitions

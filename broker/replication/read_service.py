@@ -3,6 +3,10 @@ not host (a stateless broker, or any broker representing the partition in its AZ
 replica in its own AZ for the committed entries of an offset range, then reads the batches
 from its object cache or the object store. Only partition-log entries (about 120 bytes per
 batch) travel between brokers; record bytes never do. Long-polls like a consumer fetch.
+
+A replica that is not the leader serves only the offsets it holds, up to its high
+watermark; for an offset outside its log it answers OFFSET_NOT_AVAILABLE and the asking
+broker turns to the leader, the only replica that may say OFFSET_OUT_OF_RANGE.
 """
 
 from __future__ import annotations
@@ -50,11 +54,17 @@ class ReplicaReadService:
     def _read(self, wanted: ReadPartition) -> ReadResult:
         log = None
         try:
-            log = self._replicas.get(self._name(wanted), wanted.partition).log
+            partition = self._replicas.get(self._name(wanted), wanted.partition)
+            log = partition.log
             hw = log.high_watermark
+            if not log.log_start_offset <= wanted.fetch_offset <= log.log_end_offset:
+                if partition.leader is None:  # only the leader knows whether the offset is valid
+                    raise ApiError(ErrorCode.OFFSET_NOT_AVAILABLE,
+                                   f"this replica holds [{log.log_start_offset}, {log.log_end_offset}]: "
+                                   f"ask the leader for offset {wanted.fetch_offset}")
+                raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {wanted.fetch_offset} is outside "
+                                                              f"[{log.log_start_offset}, {log.log_end_offset}]")
             entries = log.read(wanted.fetch_offset, wanted.max_bytes, hw) if wanted.fetch_offset < hw else []
-            if wanted.fetch_offset > log.log_end_offset:
-                raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {wanted.fetch_offset} is past the log end")
             return ReadResult(wanted.topic_id, wanted.partition, 0, hw, log.log_start_offset,
                               [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS])
         except ApiError as exc:
