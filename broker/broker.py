@@ -69,6 +69,7 @@ class Broker:
             PeerRequest, PeerResponse, on_bytes=self.cross_az.rpc_bytes)
         self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = RpcClientPool(
             PeerRequest, PeerResponse, on_bytes=self.cross_az.replication_bytes)
+        self.view.on_brokers_changed(self._forget_departed_peers)
         self.fetcher = ReplicaFetcher(config, self.view, self.replication_pool, self.metrics, self.cross_az)
         self.replicas.on_role_changed(self.fetcher.on_role_changed)
         self.replica_service = ReplicaFetchService(self.catalog, self.replicas, self.waiters, self.isr, self.clock)
@@ -164,6 +165,11 @@ class Broker:
         brokers = [(b.node_id, b.az) for b in self.view.brokers.values() if not b.stateless]
         return assign_replicas(list(partitions), replication_factor, brokers,
                                start=random.randrange(max(len(brokers), 1)))
+
+    def _forget_departed_peers(self) -> None:
+        live = self.view.live_ids()
+        self.rpc_pool.retain(live)
+        self.replication_pool.retain(live)
 
     async def _apply_written(self, written: list) -> None:  # type: ignore[type-arg]
         for kv in written:

@@ -43,7 +43,9 @@ class ReplicaFetchService:
         self._isr = isr
         self._clock = clock
         self.stopping = False
-        self._told_hw: dict[tuple[int, str, int], int] = {}  # (follower, topic id, partition) -> HW sent
+        # follower -> (topic id, partition) -> the high watermark last sent; each follower's
+        # entry holds only the partitions of its latest request (all it follows here)
+        self._told_hw: dict[int, dict[tuple[str, int], int]] = {}
 
     async def handle(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
         if request.version != REPLICATION_VERSION:
@@ -59,14 +61,14 @@ class ReplicaFetchService:
                 sent += sum(len(data) for _, data in result.entries)
                 results.append(result)
             remaining = deadline - loop.time()
-            told = self._told_hw
+            told = self._told_hw.get(request.replica_id, {})
             if sent or remaining <= 0 or self.stopping or any(
                     r.error_code or r.diverging_epoch >= 0
-                    or r.high_watermark > told.get((request.replica_id, r.topic_id, r.partition), -1)
+                    or r.high_watermark > told.get((r.topic_id, r.partition), -1)
                     for r in results):
-                for r in results:
-                    if not r.error_code:
-                        told[(request.replica_id, r.topic_id, r.partition)] = r.high_watermark
+                self._told_hw[request.replica_id] = {
+                    (r.topic_id, r.partition): r.high_watermark if not r.error_code
+                    else told.get((r.topic_id, r.partition), -1) for r in results}
                 return ReplicaFetchResponse(REPLICATION_VERSION, results)
             await self._waiters.wait([(self._name(p), p.partition) for p in request.partitions], remaining)
 

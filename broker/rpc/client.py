@@ -228,6 +228,15 @@ class RpcClientPool(Generic[Req, Resp]):
         self._clients[node_id] = client
         return client
 
+    def retain(self, node_ids: set[int]) -> None:
+        """Close the clients of nodes not in `node_ids` (they left the cluster), so the pool
+        holds one client per live peer, not one per node ever seen; a returning node gets a
+        new client on its next call."""
+        for node_id in [n for n in self._clients if n not in node_ids]:
+            task = asyncio.get_running_loop().create_task(self._clients.pop(node_id).close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(client.close() for client in clients), *self._closing)

@@ -93,3 +93,18 @@ def test_divergence_fencing_and_out_of_range(tmp_path: Path) -> None:
         assert (await rig.fetch(0, epoch=4)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     run(scenario())
+
+
+def test_what_the_leader_remembers_per_follower_is_what_it_follows_now(tmp_path: Path) -> None:
+    """Regression (issue 11, leaks): the high watermark told to each follower was kept for
+    every partition ever fetched, never pruned."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path)
+        rig.append()
+        await rig.fetch(0)
+        assert rig.service._told_hw == {1: {(str(TOPIC_ID), 0): 0}}
+        request = ReplicaFetchRequest(REPLICATION_VERSION, 1, 0, 1 << 20, [])  # follows nothing here any more
+        await rig.service.handle(request)
+        assert rig.service._told_hw == {1: {}}
+
+    run(scenario())

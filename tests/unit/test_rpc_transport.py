@@ -409,6 +409,11 @@ def test_pool_reuses_clients_and_replaces_moved_nodes() -> None:
             with pytest.raises(RpcUnavailable, match="is closed"):
                 await a.call(Echo(3), timeout_s=5)
 
+            pool.retain({1})  # node 2 left the cluster: its client is closed and forgotten
+            with pytest.raises(RpcUnavailable, match="is closed"):
+                await b.call(Echo(5), timeout_s=5)
+            assert pool.get(2, HOST, first.port) is not b
+
             await pool.close()
             for client in (b, moved):
                 with pytest.raises(RpcUnavailable, match="is closed"):
