@@ -98,6 +98,7 @@ class Broker:
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
         self.server = KafkaServer(self)
+        self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
         self.cluster_id = ""
         self.ready = False

@@ -59,6 +59,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     socket_request_max_bytes: Positive = 104857600
     connections_max_idle_ms: Positive = 600000
     queued_max_requests: Positive = 500
+    queued_max_request_bytes: Positive = 256 << 20
+    queued_max_request_bytes_per_connection: Positive = 64 << 20
     # Topic defaults (broker synonyms of topic configs)
     num_partitions: Positive = 1
     default_replication_factor: Positive = 1

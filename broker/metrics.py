@@ -26,6 +26,12 @@ class BrokerMetrics:
         self.request_seconds = Histogram("shoal_request_seconds", "Time to handle a Kafka request, by API key.",
                                          ["api_key"], buckets=_LATENCY_BUCKETS, registry=r)
         self.connections = Gauge("shoal_connections", "Open client connections.", registry=r)
+        self.request_memory_bytes = Gauge(
+            "shoal_request_memory_bytes", "Bytes of requests received and not yet handled, with the reservations of "
+            "frames being read (bounded by queued.max.request.bytes).", registry=r)
+        self.connections_paused = Gauge(
+            "shoal_connections_paused", "Client connections not being read from because a bound was reached "
+            "(queued.max.requests, queued.max.request.bytes[.per.connection]).", registry=r)
         self.bytes_in = Counter("shoal_network_received_bytes", "Kafka request bytes received.", registry=r)
         self.bytes_out = Counter("shoal_network_sent_bytes", "Kafka response bytes sent.", registry=r)
         self.produced_bytes = Counter("shoal_produced_bytes", "Record batch bytes appended to partition logs.",

@@ -1,13 +1,27 @@
-"""The Kafka listener: sockets, framing and per-connection response order, nothing else.
+"""The Kafka listener: sockets, framing, per-connection order and memory bounds, nothing else.
 
 Each connection has one worker that takes its requests strictly in arrival order, and one
 writer that answers them in that order, while the transport keeps reading ahead: requests
-are pipelined, responses are never reordered. Produce requests may overlap each other while
-they wait for a diskless commit (see KafkaConnection._work); everything else runs alone. Limits: `socket.request.max.bytes` per frame (bigger closes the
-connection), `queued.max.requests` frames waiting per connection (more pauses reading,
-which pushes back on the client through TCP), and `connections.max.idle.ms` of silence
-closes a connection. Shutdown stops accepting, answers what was already received, then
-closes.
+are pipelined, responses are never reordered.
+
+What may overlap (docs/architecture.md "Request path"): Produce requests start as they
+arrive, while earlier ones still wait for their commits or replication (each appends or
+submits its batches when it starts, so a partition's batches keep arrival order). A request
+that reads or changes what a Produce wrote (Fetch, ListOffsets, DeleteRecords,
+InitProducerId, admin changes, ...) waits until every earlier request is answered, as Kafka
+serves one request at a time per connection; requests that neither depend on nor affect
+produced data (`INDEPENDENT_OF_PRODUCE`: Metadata, ApiVersions, group membership,
+OffsetFetch, ...) wait only for earlier requests of that same kind. Any request other than
+Produce holds back the requests after it until it is answered.
+
+Bounds, each pushing back on clients by no longer reading their sockets (TCP does the rest):
+`socket.request.max.bytes` per frame (bigger closes the connection);
+`queued.max.requests` requests received and not yet handled per connection;
+`queued.max.request.bytes.per.connection` bytes of them per connection; and
+`queued.max.request.bytes` for the whole broker (request_memory.py: a frame's size is
+reserved when its prefix arrives, before its body is read). A request's bytes are given back
+when its handler finishes. `connections.max.idle.ms` of silence closes a connection.
+Shutdown stops accepting, answers what was already received, then closes.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .dispatch import ConnectionFault, dispatch
+from .request_memory import RequestMemory
 from .sockets import set_up_connection
 from .protocol.frames import FrameError, FrameReader, frame
 
@@ -26,15 +41,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PRODUCE_KEY = b"\x00\x00"  # api_key 0 as the first two bytes of a request frame
-MAX_PIPELINED_PRODUCE = 16  # produce requests of one connection waiting for WAL commits at once
+PRODUCE = 0
+# APIs that neither read nor change what an earlier Produce of the connection wrote, so they
+# need not wait for pipelined Produce requests to be answered.
+INDEPENDENT_OF_PRODUCE = frozenset({
+    18,  # ApiVersions
+    3,   # Metadata
+    10,  # FindCoordinator
+    11, 14, 12, 13,  # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+    15, 16,  # DescribeGroups, ListGroups
+    9,   # OffsetFetch
+    32,  # DescribeConfigs
+    60,  # DescribeCluster
+})
 
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: "KafkaServer") -> None:
         self._server = server
         self._broker = server.broker
-        self._reader = FrameReader(server.broker.config.socket_request_max_bytes)
+        config = server.broker.config
+        self._reader = FrameReader(config.socket_request_max_bytes)
+        self._max_requests = config.queued_max_requests
+        self._max_bytes = config.queued_max_request_bytes_per_connection
+        self._memory = server.memory
         self._queue: collections.deque[bytes] = collections.deque()
         self._wakeup = asyncio.Event()
         self._can_write = asyncio.Event()
@@ -43,12 +73,15 @@ class KafkaConnection(asyncio.Protocol):
         self._worker: asyncio.Task[None] | None = None
         self._reading_paused = False
         self._closing = False
-        self._pending = 0  # requests dispatched and not yet answered
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self.busy = False
+        self._held_requests = 0  # received and not yet handled
+        self._held_bytes = 0  # their bytes, plus the reservation of the frame being read
+        self._partial_reserved = 0  # that reservation: the declared size of the frame being read
         self.last_active = 0.0
         self.peer = "?"
+
+    @property
+    def busy(self) -> bool:
+        return self._held_requests > 0
 
     # -- transport callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -69,17 +102,23 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
             return
         if frames:
+            # the first frame completed the one reserved (if any); the others arrived whole in
+            # this read and are counted as they are (at most one read's worth past a bound)
+            unreserved = sum(len(f) for f in frames) - self._partial_reserved
+            self._partial_reserved = 0
+            self._memory.charge(unreserved)
+            self._held_bytes += unreserved
+            self._held_requests += len(frames)
             self._queue.extend(frames)
             self._wakeup.set()
-            if len(self._queue) >= self._broker.config.queued_max_requests and not self._reading_paused:
-                self._reading_paused = True
-                self._transport.pause_reading()  # type: ignore[union-attr]
+        self._admit()
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._memory.forget(self)
         self._wakeup.set()
         self._can_write.set()
         if self in self._server.connections:
@@ -92,6 +131,49 @@ class KafkaConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
+    # -- memory bounds -----------------------------------------------------------
+    def _admit(self) -> None:
+        """Read on, or stop reading until requests are handled or the pool has room."""
+        if self._closing or self._transport is None:
+            return
+        if self._partial_reserved:
+            self._read(True)  # a granted frame is still arriving: it is read whole
+            return
+        if self._held_requests >= self._max_requests or self._held_bytes >= self._max_bytes:
+            self._memory.forget(self)  # our own requests will make room: do not hold up others
+            self._read(False)
+            return
+        need = self._reader.incomplete_frame_bytes
+        if self._memory.try_reserve(need, self, self._on_room):
+            self._partial_reserved = need
+            self._held_bytes += need
+            self._read(True)
+        else:
+            self._read(False)
+
+    def _on_room(self) -> None:
+        asyncio.get_running_loop().call_soon(self._admit)
+
+    def _read(self, on: bool) -> None:
+        assert self._transport is not None
+        if on and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+            self._server.paused_connections -= 1
+        elif not on and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+            self._server.paused_connections += 1
+
+    def _handled(self, task: asyncio.Task, nbytes: int, in_flight: set) -> None:  # type: ignore[type-arg]
+        """A request's handler finished: its bytes are no longer needed."""
+        in_flight.discard(task)
+        self._held_requests -= 1
+        self._held_bytes -= nbytes
+        self._memory.release(nbytes)
+        self.last_active = asyncio.get_running_loop().time()
+        self._admit()
+
     # -- work ------------------------------------------------------------------
     def close(self) -> None:
         self._closing = True
@@ -102,19 +184,19 @@ class KafkaConnection(asyncio.Protocol):
     async def drain_and_close(self) -> None:
         """Stop reading, answer the requests already received, then close."""
         if self._transport is not None and not self._closing:
-            self._transport.pause_reading()
+            self._read(False)
         self._closing = True
         self._wakeup.set()
         if self._worker is not None:
             await self._worker
 
     async def _work(self) -> None:
-        """Take requests in arrival order. Produce requests may overlap one another (up to
-        MAX_PIPELINED_PRODUCE): each appends synchronously when it starts, so the order of the
-        batches is the arrival order, and only the wait for a WAL commit overlaps. Any other
-        request waits until everything before it is answered and runs alone, as in Kafka."""
+        """Take requests in arrival order and start each once what it must follow is done
+        (see the module docstring); the writer answers them in the same order."""
         responses: asyncio.Queue[asyncio.Task[list[bytes | bytearray] | None] | None] = asyncio.Queue()
         writer = asyncio.get_running_loop().create_task(self._write_responses(responses))
+        in_flight: set[asyncio.Task[list[bytes | bytearray] | None]] = set()
+        exclusive: asyncio.Task[list[bytes | bytearray] | None] | None = None  # latest request other than Produce
         try:
             while True:
                 if not self._queue:
@@ -126,21 +208,27 @@ class KafkaConnection(asyncio.Protocol):
                 if self._transport is None or self._transport.is_closing():
                     break
                 request = self._queue.popleft()
-                if self._reading_paused and len(self._queue) < self._broker.config.queued_max_requests // 2:
-                    self._reading_paused = False
-                    self._transport.resume_reading()
-                pipelined = request[:2] == PRODUCE_KEY
-                if not pipelined or self._pending >= MAX_PIPELINED_PRODUCE:
-                    await self._idle.wait()
-                self._pending += 1
-                self._idle.clear()
-                self.busy = True
-                responses.put_nowait(asyncio.get_running_loop().create_task(dispatch(self._broker, request, self.peer)))
-                if not pipelined:
-                    await self._idle.wait()
+                api_key = int.from_bytes(request[:2], "big", signed=True)
+                if exclusive is not None and not exclusive.done():
+                    await asyncio.wait((exclusive,))
+                if api_key != PRODUCE and api_key not in INDEPENDENT_OF_PRODUCE and in_flight:
+                    await asyncio.wait(set(in_flight))
+                task = asyncio.get_running_loop().create_task(dispatch(self._broker, request, self.peer))
+                in_flight.add(task)
+                task.add_done_callback(lambda done, size=len(request): self._handled(done, size, in_flight))
+                if api_key != PRODUCE:
+                    exclusive = task
+                responses.put_nowait(task)
         finally:
             responses.put_nowait(None)
             await writer
+            unread = sum(len(request) for request in self._queue) + self._partial_reserved
+            self._held_requests -= len(self._queue)
+            self._queue.clear()
+            self._partial_reserved = 0
+            self._held_bytes -= unread
+            self._memory.release(unread)
+            self._memory.forget(self)
             if self._transport is not None:
                 self._transport.close()
 
@@ -159,12 +247,6 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("connection from %s failed", self.peer)
                 faulted = True
-            finally:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.set()
-                    self.busy = False
-                self.last_active = asyncio.get_running_loop().time()
             if faulted or self._transport is None or self._transport.is_closing():
                 faulted = True
                 if self._transport is not None:
@@ -180,6 +262,8 @@ class KafkaServer:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
         self.connections: set[KafkaConnection] = set()
+        self.memory = RequestMemory(broker.config.queued_max_request_bytes, broker.metrics.request_memory_bytes.set)
+        self.paused_connections = 0  # not being read from: at a bound
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task[None] | None = None
 

@@ -79,6 +79,7 @@ class _Waiting:
     appends: list[PartitionAppend]
     futures: list[asyncio.Future[CommitResult]]
     size: int
+    admitted: asyncio.Future[None] | None
 
 
 class WalWriter:
@@ -103,18 +104,21 @@ class WalWriter:
     def inflight_bytes(self) -> int:
         return self._inflight_bytes
 
-    def submit(self, appends: list[PartitionAppend]) -> list[asyncio.Future[CommitResult]]:
+    def submit(self, appends: list[PartitionAppend],
+               admitted: asyncio.Future[None] | None = None) -> list[asyncio.Future[CommitResult]]:
         """Buffer the batches of one produce request; one future per partition, resolved with
         the leader's answer. Never reorders: a request queued by backpressure holds back
-        every later one."""
+        every later one. `admitted` is resolved once the batches are in a buffer (at once,
+        unless backpressure queues them): an acks=0 request waits for it, so that its
+        connection, not this writer, holds what the object store cannot take yet."""
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in appends]
         size = sum(a.size for a in appends)
         if not self._waiting and (self._inflight_bytes == 0
                                   or self._inflight_bytes + size <= self._max_inflight_bytes):
-            self._admit(appends, futures, size)
+            self._admit(appends, futures, size, admitted)
         else:
-            self._waiting.append(_Waiting(appends, futures, size))
+            self._waiting.append(_Waiting(appends, futures, size, admitted))
             self._metrics.wal_backpressure_waits.inc()
             self._seal("backpressure")
         return futures
@@ -128,7 +132,8 @@ class WalWriter:
 
     # -- stages ----------------------------------------------------------------------------
     def _admit(self, appends: list[PartitionAppend], futures: list[asyncio.Future[CommitResult]],
-               size: int) -> None:
+               size: int, admitted: asyncio.Future[None] | None) -> None:
+        _done(admitted)
         self._inflight_bytes += size
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
         for append, future in zip(appends, futures):
@@ -217,7 +222,7 @@ class WalWriter:
         while self._waiting and (self._inflight_bytes == 0
                                  or self._inflight_bytes + self._waiting[0].size <= self._max_inflight_bytes):
             waiting = self._waiting.popleft()
-            self._admit(waiting.appends, waiting.futures, waiting.size)
+            self._admit(waiting.appends, waiting.futures, waiting.size, waiting.admitted)
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
 
 

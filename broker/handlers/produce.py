@@ -73,9 +73,12 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
         raise ConnectionFault("acks=0 produce failed for at least one partition")
     # Submitted before anything is awaited: a partition's batches keep the order in which
     # requests arrived, whatever else a request holds (a classic acks=all wait, say).
-    futures = broker.wal.submit([append for _results, _slot, append in diskless]) if diskless else []
+    admitted = asyncio.get_running_loop().create_future()
+    futures = broker.wal.submit([append for _results, _slot, append in diskless], admitted) if diskless else []
     if acks == 0:
-        return None  # nobody reads the answer
+        if diskless:  # nobody reads the answer, but the request holds its connection's memory until
+            await admitted  # the WAL takes its batches: backpressure reaches the socket
+        return None
     await asyncio.gather(_wait_replicated(broker, replicating, request.timeout_ms / 1000),
                          _wait_committed(broker, diskless, futures))
     return ProduceResponse(responses=topics, throttle_time_ms=0)

@@ -27,6 +27,12 @@ class FrameReader:
     def buffered_bytes(self) -> int:
         return len(self._buf)
 
+    @property
+    def incomplete_frame_bytes(self) -> int:
+        """The declared size of the frame being assembled (its prefix has arrived, not all of
+        its body), else 0: what the server reserves before it reads the body."""
+        return max(self._need, 0)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add received bytes; return every frame now complete (without its size prefix)."""
         buf = self._buf

@@ -70,3 +70,43 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
         values = [r.value for raw in await rig.read_back(0) for r in DefaultRecordBatch(raw)]
         assert values == [b"first", b"second"]
     asyncio.run(scenario())
+
+
+def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None:
+    """Regression (issue 11, defect 5): acks=0 diskless produce returned at once, so while
+    uploads stalled the WAL writer's queue grew without bound and the connection never paused."""
+    class StalledStore(MemoryObjectStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.go = asyncio.Event()
+
+        async def put_if_absent(self, key: str, data: bytes) -> bool:
+            await self.go.wait()
+            return await super().put_if_absent(key, data)
+
+        async def put(self, key: str, data: bytes) -> None:
+            await self.go.wait()
+            await super().put(key, data)
+
+    async def scenario() -> None:
+        store = StalledStore()
+        rig = Rig(tmp_path, store, partitions=1, wal_linger_ms=1, wal_max_inflight_bytes=1024,
+                  wal_buffer_max_bytes=1024)
+        topic = Topic("t", TOPIC_ID, 1, {}, rig.settings)
+        broker = SimpleNamespace(
+            metrics=rig.metrics, clock=rig.clock, wal=rig.writer, node_id=0,
+            router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
+            catalog=SimpleNamespace(get=lambda name: topic, by_id=lambda topic_id: topic),
+            view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}))
+        header = SimpleNamespace(peer="p", client_id="c")
+        now = rig.clock.now_ms()
+        first = await produce.handle(broker, header, request(0, ("t", plain_batch(b"x" * 600, now))))
+        assert first is None, "the first request fits in the in-flight bound"
+        second = asyncio.create_task(produce.handle(broker, header, request(0, ("t", plain_batch(b"y" * 600, now)))))
+        await asyncio.sleep(0.05)
+        assert not second.done(), "held while the object store takes nothing"
+        store.go.set()
+        assert await asyncio.wait_for(second, 5) is None
+        await rig.writer.close()
+        assert rig.partitions[0].log.log_end_offset == 2
+    asyncio.run(scenario())
