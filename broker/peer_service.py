@@ -1,5 +1,6 @@
 """What brokers ask each other over the inter-broker RPC (rpc/), and who answers: replica
 fetches (replication/leader_service.py), diskless commits from produce representatives
+and their acks=all waits
 (diskless/commit.py), entry reads for brokers without a replica
 (replication/read_service.py) and partition requests they send on
 (handlers/forwarding.py)."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Union
 
-from .diskless.commit import CommitRequest, CommitResponse
+from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
 from .replication.messages import (
     KafkaForwardRequest,
     KafkaForwardResponse,
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
     from .replication.leader_service import ReplicaFetchService
     from .replication.read_service import ReplicaReadService
 
-PeerRequest = Union[ReplicaFetchRequest, CommitRequest, ReplicaReadRequest, KafkaForwardRequest]
-PeerResponse = Union[ReplicaFetchResponse, CommitResponse, ReplicaReadResponse, KafkaForwardResponse]
+PeerRequest = Union[ReplicaFetchRequest, CommitRequest, ReplicationWaitRequest, ReplicaReadRequest, KafkaForwardRequest]
+PeerResponse = Union[ReplicaFetchResponse, CommitResponse, ReplicationWaitResponse, ReplicaReadResponse,
+                     KafkaForwardResponse]
 
 
 class PeerService:
@@ -38,9 +40,11 @@ class PeerService:
 
     async def handle(self, request: PeerRequest) -> PeerResponse:
         if isinstance(request, CommitRequest):
-            # Applied before the first await: commits of one representative's connection
-            # reach the partitions in the order they were sent (the WAL objects' seal order).
-            return await self._committer.commit(request)
+            # Applied before any await: commits of one representative's connection reach the
+            # partitions in the order they were sent (the WAL objects' seal order).
+            return self._committer.apply(request)
+        if isinstance(request, ReplicationWaitRequest):
+            return await self._committer.answer_wait(request)
         if isinstance(request, ReplicaFetchRequest):
             return await self._fetches.handle(request)
         if isinstance(request, ReplicaReadRequest):

@@ -2,9 +2,13 @@
 
 A produce representative sends one CommitRequest per leader broker per WAL object, after the
 object is uploaded; the leader checks producer state, assigns offsets and appends COORDINATES
-entries (DESIGN "Data flow"). These msgspec structs are the messages the inter-broker RPC
-carries; on one broker the call is local (`LocalCommitter`). Versioned: a leader rejects a
-version it does not know.
+entries (DESIGN "Data flow"), and answers at once with each partition's outcome. Partitions
+written with acks=all are then acknowledged one by one as their high watermark passes them
+(ReplicationWaitRequest: the leader answers as soon as any of them is done, and is asked
+again for the rest), so a slow partition or follower delays only the producers that wrote to
+it, never the others that shared the WAL object. These msgspec structs are the messages the
+inter-broker RPC carries; on one broker the calls are local (`LocalCommitter`). Versioned: a
+leader rejects a version it does not know.
 
 Invariant 4 (DESIGN): a leader refuses commits of objects older than `wal.commit.deadline.ms`,
 so the WAL file manager may delete an uncommitted object once deadline + grace has passed.
@@ -15,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Awaitable, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COMMIT_VERSION = 1
+COMMIT_VERSION = 2  # 2: answered once applied; acks=all waits are separate (ReplicationWaitRequest)
 
 
 class CommitBatch(msgspec.Struct, array_like=True, frozen=True):
@@ -63,6 +68,8 @@ class CommitResult(msgspec.Struct, array_like=True, frozen=True):
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     end_offset: int = -1  # the leader's log end offset after the append (acks=all waits for it)
+    leader_epoch: int = -1  # the epoch it was appended in: a wait in another epoch fails
+    replicated: bool = False  # the high watermark already passed end_offset (or acks were not all)
 
 
 class CommitResponse(msgspec.Struct, array_like=True, frozen=True, tag="commit_response"):
@@ -70,20 +77,75 @@ class CommitResponse(msgspec.Struct, array_like=True, frozen=True, tag="commit_r
     results: list[CommitResult]  # one per CommitRequest.partitions entry, same order
 
 
+class WaitPartition(msgspec.Struct, array_like=True, frozen=True):
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    end_offset: int
+
+
+class ReplicationWaitRequest(msgspec.Struct, array_like=True, frozen=True, tag="replication_wait"):
+    """acks=all of committed partitions: answered as soon as any of them is replicated (or
+    fails), or after max_wait_ms; the representative asks again for those still waiting."""
+
+    version: int
+    max_wait_ms: int
+    partitions: list[WaitPartition]
+
+
+class WaitResult(msgspec.Struct, array_like=True, frozen=True):
+    done: bool  # False: still waiting, ask again
+    error_code: int = 0
+    error_message: str | None = None
+
+
+class ReplicationWaitResponse(msgspec.Struct, array_like=True, frozen=True, tag="replication_wait_response"):
+    version: int
+    results: list[WaitResult]  # one per request partition, same order
+
+
 # How long a commit with acks=all waits for the ISR; the representative's producer
 # request times out on its own clock (request.timeout.ms, 30 s by default) anyway.
 ACKS_TIMEOUT_S = 30.0
 
 
+@dataclass(slots=True)
+class PendingCommit:
+    """One partition's commit as its representative sees it, in two steps: `applied` (the
+    leader assigned offsets, or refused) and `acknowledged` (its acks are satisfied, or they
+    cannot be). The WAL writer frees the batch's in-flight bytes at the first and answers
+    the producer at the second."""
+
+    applied: asyncio.Future[CommitResult]
+    acknowledged: asyncio.Future[CommitResult]
+
+
 class Committer(Protocol):
-    def commit(self, request: CommitRequest) -> Awaitable[CommitResponse]:
-        """Called in seal order: the call itself takes the commit's place in the leader's
-        order (so the next object may be committed at once); the awaitable completes when
-        the partitions' acks are satisfied."""
+    def commit(self, request: CommitRequest) -> list[PendingCommit]:
+        """Called in seal order: the call itself takes the commit's place in the leaders'
+        order (so the next object may be committed at once). One PendingCommit per
+        request partition, same order."""
 
 
 def failed(exc: ApiError) -> CommitResult:
     return CommitResult(int(exc.code), exc.message)
+
+
+def resolved(result: CommitResult) -> asyncio.Future[CommitResult]:
+    future: asyncio.Future[CommitResult] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future
+
+
+def acknowledged_when(applied: CommitResult, wait: asyncio.Future[None]) -> asyncio.Future[CommitResult]:
+    """`applied`, once `wait` (an acks=all wait) succeeded; its error if it raised one."""
+    async def outcome() -> CommitResult:
+        try:
+            await wait
+        except ApiError as exc:
+            return failed(exc)
+        return applied
+    return asyncio.ensure_future(outcome())
 
 
 class LocalCommitter:
@@ -96,36 +158,56 @@ class LocalCommitter:
         self._clock = clock
         self._deadline_ms = deadline_ms
 
-    def commit(self, request: CommitRequest) -> Awaitable[CommitResponse]:
+    def commit(self, request: CommitRequest) -> list[PendingCommit]:
         response = self.apply(request)
-        return self._replicated(request, response)
+        pending = []
+        for part, result in zip(request.partitions, response.results):
+            applied = resolved(result)
+            if result.replicated or result.error_code:
+                pending.append(PendingCommit(applied, applied))
+                continue
+            wait = asyncio.ensure_future(self.wait_replicated(
+                WaitPartition(part.topic_id, part.partition, result.leader_epoch, result.end_offset), ACKS_TIMEOUT_S))
+            pending.append(PendingCommit(applied, acknowledged_when(result, wait)))
+        return pending
 
-    async def _replicated(self, request: CommitRequest, response: CommitResponse) -> CommitResponse:
-        """acks=all: wait until each appended partition's ISR holds its entries."""
-        waits = []
-        for i, (part, result) in enumerate(zip(request.partitions, response.results)):
-            topic = self._catalog.by_id(part.topic_id)
-            if part.acks == -1 and result.error_code == 0 and topic is not None:
-                waits.append((i, self._replicas.partitions.get((topic.name, part.partition)), result))
-        if not waits:
-            return response
-        outcomes = await asyncio.gather(*(self._wait(partition, result.end_offset) for _, partition, result in waits),
-                                        return_exceptions=True)
-        results = list(response.results)
-        for (i, _partition, _result), outcome in zip(waits, outcomes):
-            if isinstance(outcome, ApiError):
-                results[i] = failed(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-        return CommitResponse(response.version, results)
+    async def wait_replicated(self, wanted: WaitPartition, timeout_s: float) -> None:
+        """acks=all: return once the ISR holds the partition's log up to `end_offset` in the
+        same leader epoch; raise ApiError otherwise (as Kafka's delayed produce does)."""
+        partition = self._partition(wanted.topic_id, wanted.partition)
+        if partition.leader is None or partition.leader_epoch != wanted.leader_epoch:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"leadership of {partition.topic}-{partition.index} changed during the commit")
+        await partition.wait_replicated(wanted.end_offset, timeout_s)
 
-    @staticmethod
-    async def _wait(partition: "Partition | None", end_offset: int) -> None:
-        if partition is None:
-            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the partition moved away during the commit")
-        await partition.wait_replicated(end_offset, ACKS_TIMEOUT_S)
+    async def answer_wait(self, request: ReplicationWaitRequest) -> ReplicationWaitResponse:
+        """The leader's side of ReplicationWaitRequest: answer when any partition is done."""
+        if request.version != COMMIT_VERSION:
+            raise ValueError(f"replication wait version {request.version} is not supported")
+        waits = [asyncio.ensure_future(self.wait_replicated(p, ACKS_TIMEOUT_S)) for p in request.partitions]
+        try:
+            await asyncio.wait(waits, timeout=max(request.max_wait_ms, 0) / 1000, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                if not wait.done():
+                    wait.cancel()
+        results = []
+        for wait in waits:
+            if wait.cancelled():
+                results.append(WaitResult(False))
+            elif isinstance(wait.exception(), ApiError):
+                error = wait.exception()
+                assert isinstance(error, ApiError)
+                results.append(WaitResult(True, int(error.code), error.message))
+            elif wait.exception() is not None:
+                raise wait.exception()  # type: ignore[misc]
+            else:
+                results.append(WaitResult(True))
+        return ReplicationWaitResponse(COMMIT_VERSION, results)
 
     def apply(self, request: CommitRequest) -> CommitResponse:
+        """Append every partition's batches, in order, before returning (no await): commits
+        of one representative reach the partitions in the order they were sent."""
         if request.version != COMMIT_VERSION:
             error = ApiError(ErrorCode.UNSUPPORTED_VERSION, f"commit version {request.version} is not supported")
             return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
@@ -138,14 +220,17 @@ class LocalCommitter:
             return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
         return CommitResponse(COMMIT_VERSION, [self._apply_partition(request.object_id, p) for p in request.partitions])
 
+    def _partition(self, topic_id: uuid.UUID, index: int) -> "Partition":
+        topic = self._catalog.by_id(topic_id)
+        if topic is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {topic_id}")
+        return self._replicas.get(topic.name, index)
+
     def _apply_partition(self, object_id: str, part: CommitPartition) -> CommitResult:
         """One partition's outcome, exactly: appended, or refused with nothing appended
         (Partition appends all batches or none), whatever happens to the others."""
         try:
-            topic = self._catalog.by_id(part.topic_id)
-            if topic is None:
-                raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {part.topic_id}")
-            partition = self._replicas.get(topic.name, part.partition)
+            partition = self._partition(part.topic_id, part.partition)
             outcome = partition.append_coordinates(
                 [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks)
         except ApiError as exc:
@@ -154,5 +239,7 @@ class LocalCommitter:
             log.exception("commit of WAL object %s to partition %s-%d failed", object_id, part.topic_id,
                           part.partition)
             return failed(ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"commit failed, nothing was appended: {exc}"))
+        replicated = part.acks != -1 or (partition.log.high_watermark >= outcome.end_offset
+                                         and partition.isr_size >= partition.settings.min_insync_replicas)
         return CommitResult(0, None, outcome.base_offset, outcome.log_append_time_ms, outcome.log_start_offset,
-                            outcome.end_offset)
+                            outcome.end_offset, partition.leader_epoch, replicated)

@@ -1,7 +1,9 @@
 """The WAL writer's committer: one commit per leader broker per WAL object. Partitions this
 broker leads are committed locally; the others are sent to their leaders over the RPC, all
 in the WAL object's seal order (calls on one connection are written in call order and
-applied by the leader in arrival order), and the answers are put back in request order.
+applied by the leader in arrival order), and each partition's outcome is handed back on its
+own: applied when its leader answers the commit, acknowledged when its acks are satisfied
+(acks=all: ReplicationWaitRequests to the leader, answered partition by partition).
 
 When a leader cannot be reached or has just changed, that leader's partitions fail with a
 retriable error (NOT_LEADER_OR_FOLLOWER; REQUEST_TIMED_OUT when the commit may have been
@@ -12,13 +14,15 @@ commit that did land into the original offsets, never a duplicate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from ..metadata.records import NO_LEADER
 from ..protocol.errors import ApiError, ErrorCode
 from ..rpc import RpcError, RpcTimeout
-from .commit import ACKS_TIMEOUT_S, CommitRequest, CommitResponse, CommitResult, failed
+from .commit import (
+    ACKS_TIMEOUT_S, COMMIT_VERSION, CommitRequest, CommitResponse, CommitResult, PendingCommit, ReplicationWaitRequest,
+    WaitPartition, failed,
+)
 
 if TYPE_CHECKING:
     from ..cluster.view import ClusterView
@@ -26,7 +30,8 @@ if TYPE_CHECKING:
     from ..rpc import RpcClientPool
     from .commit import LocalCommitter
 
-REMOTE_TIMEOUT_S = ACKS_TIMEOUT_S + 5.0  # the leader answers acks=all within ACKS_TIMEOUT_S
+RPC_MARGIN_S = 5.0  # on top of what the leader may take to answer
+WAIT_ROUND_MS = 10_000  # one ReplicationWaitRequest's long poll
 
 
 class CommitRouter:
@@ -37,44 +42,97 @@ class CommitRouter:
         self._view = view
         self._pool = pool
         self._metrics = metrics
+        self._following: set[asyncio.Task[None]] = set()  # remote commits not yet acknowledged
 
-    def commit(self, request: CommitRequest) -> Awaitable[CommitResponse]:
+    def commit(self, request: CommitRequest) -> list[PendingCommit]:
         by_leader: dict[int, list[int]] = {}
         for i, part in enumerate(request.partitions):
             state = self._view.partitions.get((str(part.topic_id), part.partition))
             by_leader.setdefault(state.record.leader if state is not None else NO_LEADER, []).append(i)
-        pending: list[tuple[list[int], Awaitable[CommitResponse]]] = []
+        pending: list[PendingCommit | None] = [None] * len(request.partitions)
         for leader, indexes in by_leader.items():
             sub = CommitRequest(request.version, request.object_id, [request.partitions[i] for i in indexes])
             if leader == self._node_id:
                 self._metrics.wal_commit_requests.labels("local").inc()
-                pending.append((indexes, self._local.commit(sub)))
+                outcomes = self._local.commit(sub)
             else:
                 self._metrics.wal_commit_requests.labels("remote").inc()
-                pending.append((indexes, asyncio.ensure_future(self._remote(leader, sub))))
-        return self._merged(len(request.partitions), request.version, pending)
+                outcomes = self._remote(leader, sub)
+            for i, outcome in zip(indexes, outcomes):
+                pending[i] = outcome
+        return pending  # type: ignore[return-value]  # every index belongs to one leader
 
-    async def _remote(self, leader: int, request: CommitRequest) -> CommitResponse:
+    def _remote(self, leader: int, request: CommitRequest) -> list[PendingCommit]:
+        loop = asyncio.get_running_loop()
+        outcomes = [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
         broker = self._view.brokers.get(leader)
         if leader == NO_LEADER or broker is None or broker.rpc_host is None:
-            return _all_failed(request, ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                                 f"no live leader for these partitions (leader {leader})"))
+            error = failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no live leader for these partitions (leader {leader})"))
+            for outcome in outcomes:
+                outcome.applied.set_result(error)
+                outcome.acknowledged.set_result(error)
+            return outcomes
+        client = self._pool.get(leader, broker.rpc_host, broker.rpc_port)
+        # Tasks start in creation order and the client writes calls in order: seal order holds.
+        call = asyncio.ensure_future(client.call(request, ACKS_TIMEOUT_S + RPC_MARGIN_S))
+        task = asyncio.ensure_future(self._follow(leader, client, request, call, outcomes))
+        self._following.add(task)
+        task.add_done_callback(self._following.discard)
+        return outcomes
+
+    async def _follow(self, leader: int, client, request: CommitRequest, call: asyncio.Future,  # type: ignore[no-untyped-def,type-arg]
+                      outcomes: list[PendingCommit]) -> None:
         try:
-            return await self._pool.get(leader, broker.rpc_host, broker.rpc_port).call(request, REMOTE_TIMEOUT_S)
+            await self._hand_back(leader, client, request, call, outcomes)
+        finally:  # whatever happened, nobody is left waiting
+            unknown = failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader} did not finish"))
+            for outcome in outcomes:
+                for future in (outcome.applied, outcome.acknowledged):
+                    if not future.done():
+                        future.set_result(unknown)
+
+    async def _hand_back(self, leader: int, client, request: CommitRequest, call: asyncio.Future,  # type: ignore[no-untyped-def,type-arg]
+                         outcomes: list[PendingCommit]) -> None:
+        """Hand back the leader's answer per partition, then wait out acks=all ones."""
+        try:
+            response: CommitResponse = await call
+            results = response.results
         except RpcTimeout as exc:
-            return _all_failed(request, ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))
+            results = [failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))] * len(outcomes)
         except RpcError as exc:
-            return _all_failed(request, ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"commit to broker {leader}: {exc}"))
-
-    @staticmethod
-    async def _merged(count: int, version: int,
-                      pending: list[tuple[list[int], Awaitable[CommitResponse]]]) -> CommitResponse:
-        results: list[CommitResult] = [failed(ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "not committed"))] * count
-        for indexes, response in pending:
-            for i, result in zip(indexes, (await response).results):
-                results[i] = result
-        return CommitResponse(version, results)
-
-
-def _all_failed(request: CommitRequest, error: ApiError) -> CommitResponse:
-    return CommitResponse(request.version, [failed(error)] * len(request.partitions))
+            results = [failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"commit to broker {leader}: {exc}"))] * len(outcomes)
+        waiting: list[tuple[PendingCommit, CommitResult, WaitPartition]] = []
+        for outcome, part, result in zip(outcomes, request.partitions, results):
+            outcome.applied.set_result(result)
+            if result.error_code or result.replicated:
+                outcome.acknowledged.set_result(result)
+            else:
+                waiting.append((outcome, result, WaitPartition(part.topic_id, part.partition, result.leader_epoch,
+                                                               result.end_offset)))
+        deadline = asyncio.get_running_loop().time() + ACKS_TIMEOUT_S
+        while waiting:
+            remaining_ms = int((deadline - asyncio.get_running_loop().time()) * 1000)
+            if remaining_ms <= 0:
+                for outcome, _result, _wanted in waiting:
+                    outcome.acknowledged.set_result(failed(ApiError(
+                        ErrorCode.REQUEST_TIMED_OUT, f"not replicated to the ISR of broker {leader}'s partition in time")))
+                return
+            wait_ms = min(remaining_ms, WAIT_ROUND_MS)
+            try:
+                answer = await client.call(ReplicationWaitRequest(COMMIT_VERSION, wait_ms, [w for _o, _r, w in waiting]),
+                                           wait_ms / 1000 + RPC_MARGIN_S)
+                answers = answer.results
+            except RpcError as exc:
+                for outcome, _result, _wanted in waiting:  # appended, replication unknown: the producer retries
+                    outcome.acknowledged.set_result(failed(ApiError(
+                        ErrorCode.REQUEST_TIMED_OUT, f"waiting for acks at broker {leader}: {exc}")))
+                return
+            still = []
+            for (outcome, result, wanted), done in zip(waiting, answers):
+                if not done.done:
+                    still.append((outcome, result, wanted))
+                elif done.error_code:
+                    outcome.acknowledged.set_result(CommitResult(done.error_code, done.error_message))
+                else:
+                    outcome.acknowledged.set_result(result)
+            waiting = still

@@ -11,11 +11,15 @@ WAL object with one PUT, however many partitions and producers are in it. Upload
 successive objects overlap; their commits are sent strictly in seal order, so per-partition
 (and per-producer) order is the arrival order. Offsets are assigned by the leader at commit.
 
+Each slot (one partition of one produce request) is answered on its own as soon as its
+leader applied the commit and its acks are satisfied, whatever the other partitions of the
+object do: a slow partition or leader delays only the producers that wrote to it.
+
 Failure: an object whose upload fails (after the store's retries) fails every slot in it with
 KAFKA_STORAGE_ERROR (retriable) and commits nothing. A commit error fails only its partitions.
 
-Backpressure (`wal.max.inflight.bytes`): bytes from admission until their object's commit
-answers are counted; a submit that would pass the bound waits in a FIFO queue (and seals the
+Backpressure (`wal.max.inflight.bytes`): a slot's bytes count from admission until its
+commit is applied (or the object fails); a submit that would pass the bound waits in a FIFO queue (and seals the
 open buffer so uploads make progress). Waiting requests are admitted, and their batches
 appended, in arrival order, so queuing never reorders a producer's batches. Producers see
 slower answers; their own in-flight limits stop them sending more.
@@ -63,13 +67,13 @@ class PartitionAppend:
 class _Slot:
     part: CommitPartition
     future: asyncio.Future[CommitResult]
+    size: int  # its batches' bytes, counted in flight until its commit is applied
 
 
 @dataclass(slots=True)
 class _OpenObject:
     builder: WalObjectBuilder
     slots: list[_Slot] = field(default_factory=list)
-    reserved: int = 0
     linger: asyncio.TimerHandle | None = None
     dispatched: asyncio.Future[None] | None = None  # done once its commit is sent (or it failed)
 
@@ -146,8 +150,7 @@ class WalWriter:
                 where = obj.builder.append(append.topic_id, append.partition, batch)
                 commit_batches.append(CommitBatch(head, where.offset, where.length))
             obj.slots.append(_Slot(CommitPartition(append.topic_id, append.partition, append.acks, commit_batches),
-                                   future))
-            obj.reserved += append.size
+                                   future, append.size))
             if obj.builder.size >= self._buffer_max_bytes:
                 self._seal("size")
         self._metrics.wal_buffer_bytes.set(self._open.builder.size if self._open else 0)
@@ -174,7 +177,9 @@ class WalWriter:
 
     async def _ship(self, obj: _OpenObject, key: WalKey, previous: asyncio.Future[None] | None) -> None:
         """Upload, then commit once the previous object's commit is sent: one PUT, one commit
-        per leader. Waiting for acks does not hold back the next object's commit."""
+        per leader. Each slot is then answered on its own, as soon as its partition's commit
+        is acknowledged, and its bytes stop counting in flight once the commit is applied:
+        a slow partition or leader holds back only the producers that wrote to it."""
         metrics = self._metrics
         try:
             data = b"".join(obj.builder.buffers())
@@ -197,25 +202,28 @@ class WalWriter:
             started = time.perf_counter()
             pending = self._committer.commit(
                 CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots]))
-            _done(obj.dispatched)
-            response = await pending
-            metrics.wal_commit_seconds.observe(time.perf_counter() - started)
-            metrics.wal_objects.labels("committed").inc()
-            for slot, result in zip(obj.slots, response.results):
-                if not slot.future.done():
-                    slot.future.set_result(result)
         except Exception as exc:
             log.exception("WAL object %s: commit failed", key.object_id)
             metrics.wal_objects.labels("commit_failed").inc()
             self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL commit failed: {exc}"))
+            return
         finally:
             _done(obj.dispatched)
-            self._release(obj.reserved)
+        for slot, outcome in zip(obj.slots, pending):
+            outcome.applied.add_done_callback(lambda _applied, slot=slot: self._release(slot.size))
+            outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))
+        obj.slots = []  # answered by the callbacks: nothing left for _fail
+        await asyncio.gather(*(outcome.applied for outcome in pending))
+        metrics.wal_commit_seconds.observe(time.perf_counter() - started)
+        metrics.wal_objects.labels("committed").inc()
 
     def _fail(self, obj: _OpenObject, error: ApiError) -> None:
+        """Nothing of the object was committed: answer every slot, free its bytes."""
         for slot in obj.slots:
             if not slot.future.done():
                 slot.future.set_result(failed(error))
+            self._release(slot.size)
+        obj.slots = []
 
     def _release(self, size: int) -> None:
         self._inflight_bytes -= size
@@ -224,6 +232,15 @@ class WalWriter:
             waiting = self._waiting.popleft()
             self._admit(waiting.appends, waiting.futures, waiting.size, waiting.admitted)
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
+
+
+def _answer(slot: _Slot, acknowledged: asyncio.Future[CommitResult]) -> None:
+    if slot.future.done():
+        return
+    if acknowledged.cancelled() or acknowledged.exception() is not None:
+        slot.future.set_result(failed(ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "the commit's outcome was lost")))
+    else:
+        slot.future.set_result(acknowledged.result())
 
 
 def _done(future: asyncio.Future[None] | None) -> None:

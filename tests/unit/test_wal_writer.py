@@ -15,10 +15,11 @@ from broker.clock import ManualClock
 from broker.config import load_config
 from broker.diskless.batches import batch_pieces
 from broker.diskless.cache import ObjectCache
-from broker.diskless.commit import CommitRequest, LocalCommitter
+from broker.diskless.commit import CommitRequest, LocalCommitter, PendingCommit
 from broker.diskless.reader import WalReader
 from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
+from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore, ObjectStoreUnavailable
 from broker.partition import Partition, prepare_diskless
@@ -193,7 +194,7 @@ def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
         append = rig.append(0, batch(0))
         from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
         part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches])
-        response = await rig.committer.commit(CommitRequest(COMMIT_VERSION, stale_key.object_id, [part]))
+        response = rig.committer.apply(CommitRequest(COMMIT_VERSION, stale_key.object_id, [part]))
         assert response.results[0].error_code == ErrorCode.REQUEST_TIMED_OUT
         assert rig.partitions[0].log.log_end_offset == 0
     run(scenario())
@@ -262,8 +263,9 @@ def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
 
 def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_commits_once(tmp_path: Path) -> None:
     class NeverAnswers:
-        async def commit(self, request: CommitRequest):  # type: ignore[no-untyped-def]
-            await asyncio.Event().wait()  # the broker dies before the leader is asked
+        def commit(self, request: CommitRequest):  # type: ignore[no-untyped-def]
+            loop = asyncio.get_running_loop()  # the broker dies before the leader is asked
+            return [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
 
     async def scenario() -> None:
         store = MemoryObjectStore()
@@ -306,4 +308,76 @@ def test_an_unexpected_error_in_one_partition_fails_only_that_partition(tmp_path
                                                            for i in range(3)]))
         assert [r.error_code for r in results] == [0, ErrorCode.KAFKA_STORAGE_ERROR, 0]
         assert [rig.partitions[i].log.log_end_offset for i in (0, 2)] == [2, 2]
+    run(scenario())
+
+
+def _stuck_follower(partition: Partition) -> None:
+    """Replicas [0, 1], both in the ISR, and follower 1 never fetches: acks=all waits."""
+    partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 1, [0, 1]), 2)
+
+
+def test_a_slow_partition_delays_only_the_producers_that_wrote_to_it(tmp_path: Path) -> None:
+    """Issue 12 (head-of-line): a slot was answered only once every partition of its WAL object
+    was acknowledged, and the object's in-flight bytes stayed reserved until then."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        _stuck_follower(rig.partitions[1])
+        [healthy] = rig.writer.submit([rig.append(0, batch(0, producer_id=1))])
+        [slow] = rig.writer.submit([rig.append(1, batch(0, producer_id=2))])
+        result = await asyncio.wait_for(healthy, 5)
+        assert (result.error_code, result.base_offset) == (0, 0)
+        assert not slow.done() and rig.writer.inflight_bytes == 0, "applied: nothing of the object is in flight"
+        follower = rig.partitions[1]
+        assert follower.leader is not None
+        follower.leader.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
+        follower.advance_high_watermark()
+        assert (await asyncio.wait_for(slow, 5)).error_code == 0
+    run(scenario())
+
+
+class LeaderBroker:
+    """An RPC pool whose calls reach another broker's committer, through msgspec as on the wire."""
+
+    def __init__(self, committer: LocalCommitter) -> None:
+        self.committer = committer
+        self.calls: list[str] = []
+
+    def get(self, node_id: int, host: str, port: int):  # type: ignore[no-untyped-def]
+        return self
+
+    async def call(self, request, timeout_s: float):  # type: ignore[no-untyped-def]
+        import msgspec
+        from broker.peer_service import PeerRequest, PeerResponse, PeerService
+        self.calls.append(type(request).__name__)
+        wire = msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=PeerRequest)
+        service = PeerService(None, self.committer, None, None)  # type: ignore[arg-type]
+        answer = await service.handle(wire)
+        return msgspec.msgpack.decode(msgspec.msgpack.encode(answer), type=PeerResponse)
+
+
+def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) -> None:
+    """Issue 12: a remote leader answered a commit only once all its partitions' acks were
+    satisfied, so one slow partition held the producers of every other."""
+    from types import SimpleNamespace
+    from broker.diskless.commit_router import CommitRouter
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        _stuck_follower(rig.partitions[1])
+        leader = LeaderBroker(rig.committer)
+        view = SimpleNamespace(
+            partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(2)},
+            brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)})
+        router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
+        writer = WalWriter(rig.store, WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms), router, None, rig.metrics,
+                           buffer_max_bytes=8 << 20, linger_ms=5, max_inflight_bytes=64 << 20)
+        healthy, slow = writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
+        assert (await asyncio.wait_for(healthy, 5)).error_code == 0
+        assert not slow.done() and writer.inflight_bytes == 0
+        assert leader.calls == ["CommitRequest", "ReplicationWaitRequest"]
+        follower = rig.partitions[1]
+        assert follower.leader is not None
+        follower.leader.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
+        follower.advance_high_watermark()
+        assert (await asyncio.wait_for(slow, 5)).error_code == 0
     run(scenario())
