@@ -256,14 +256,16 @@ class Partition:
         return appended
 
     def truncate_to(self, offset: int) -> None:
-        """Drop a divergent tail (follower, after comparing leader epochs with the leader)."""
-        if offset >= self.log.log_end_offset:
-            return
-        log.warning("%s-%d: truncating divergent entries from offset %d (log end %d)", self.topic, self.index,
-                    offset, self.log.log_end_offset)
-        self.log.truncate_to(offset)
+        """Drop a divergent tail (follower, after comparing leader epochs with the leader).
+        The epoch cache is cut even when the log is not: an epoch this replica started as
+        leader but never wrote to begins at the log end, and would be reported to the new
+        leader as the last fetched epoch round after round (divergence.py)."""
+        if offset < self.log.log_end_offset:
+            log.warning("%s-%d: truncating divergent entries from offset %d (log end %d)", self.topic, self.index,
+                        offset, self.log.log_end_offset)
+            self.log.truncate_to(offset)
+            self._reload_producers()
         self.epochs.truncate_from_end(offset)
-        self._reload_producers()
 
     def restart_at(self, offset: int) -> None:
         """Follower behind the leader's log start: drop everything and continue from there."""

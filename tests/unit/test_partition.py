@@ -135,3 +135,17 @@ def test_a_failed_write_mid_append_is_cut_back(tmp_path: Path, clock: ManualCloc
     assert partition.log.log_end_offset == 0
     assert partition.append_records(memoryview(bytes(batch(0)) + bytes(batch(2))), acks=1).base_offset == 0
     assert partition.log.high_watermark == 4
+
+
+def test_a_former_leader_drops_the_epoch_it_never_wrote_to(tmp_path: Path, clock: ManualClock) -> None:
+    """Regression: a broker that led an epoch without appending (acks=all refused with
+    NOT_ENOUGH_REPLICAS) kept that epoch at its log end after following again, because a
+    truncation to the log end returned early; it then reported it as its last fetched epoch
+    forever, the new leader answered "diverging" forever, and acks=all never completed."""
+    partition = open_partition(tmp_path, clock)
+    partition.append_records(batch(0), acks=1)
+    partition.make_leader(0, PartitionStateRecord(1, [1, 0], 0, 1, [0]), 2)  # epoch 1 from offset 2, nothing written
+    partition.make_follower(PartitionStateRecord(1, [1, 0], 1, 2, [0, 1]), 3)
+    assert partition.epochs.latest_epoch == 1
+    partition.truncate_to(2)  # the new leader: epoch 1 is not mine, epoch 0 ends at 2
+    assert partition.epochs.latest_epoch == 0 and partition.log.log_end_offset == 2
