@@ -6,7 +6,9 @@
 
 Seeds: `N`, `A..B` (A up to B-1, as Rust ranges), `A..=B` (B included), or a comma list of
 those. Without --seeds each scenario runs its `test_seeds` (what `make test` runs).
---jobs J runs seeds in J forked worker processes. Exit status 1 if any seed failed.
+--jobs J runs seeds in J forked worker processes. Exit status 1 if any seed failed. A seed
+that fails the way a scenario's `known_issues` describe (an open bug, reduced to a test in
+test_findings.py) is reported as a known issue, not a failure, unless --strict.
 
 The hash seed is fixed (PYTHONHASHSEED=0; `__main__` re-executes the interpreter when it
 is not), so a failure found here replays anywhere.
@@ -39,6 +41,7 @@ class Outcome:
     virtual_s: float = 0.0
     failures: list[tuple[int, str, str]] = field(default_factory=list)  # (seed, headline, report)
     digests: list[tuple[int, str]] = field(default_factory=list)  # (seed, trace digest) with --digest
+    known: list[tuple[int, str]] = field(default_factory=list)  # (seed, known issue) that failed that way
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -69,15 +72,20 @@ def trace_digest(trace: Trace) -> str:
 
 
 def run_seeds(scenario: Scenario, seeds: Sequence[int], trace_lines: int | None = 60, verbose: bool = False,
-              digest: bool = False) -> Outcome:
-    """Run `seeds` of `scenario` in this process."""
+              digest: bool = False, strict: bool = False) -> Outcome:
+    """Run `seeds` of `scenario` in this process. A failure matching one of the scenario's
+    known issues is listed as known, not failed, unless `strict`."""
     outcome = Outcome(scenario.name)
     started = time.perf_counter()
     for seed in seeds:
         try:
             result = scenario.run(seed)
         except SimFailure as failure:
-            outcome.failures.append((seed, failure.headline(), failure.report(trace_lines)))
+            known = None if strict else scenario.known_issue(failure.reason)
+            if known is not None:
+                outcome.known.append((seed, known))
+            else:
+                outcome.failures.append((seed, failure.headline(), failure.report(trace_lines)))
             outcome.virtual_s += failure.virtual_s
             if digest:
                 outcome.digests.append((seed, trace_digest(failure.trace)))
@@ -94,10 +102,10 @@ def run_seeds(scenario: Scenario, seeds: Sequence[int], trace_lines: int | None 
     return outcome
 
 
-def _worker(task: tuple[str, list[int], int | None, bool]) -> Outcome:
-    name, seeds, trace_lines, digest = task
+def _worker(task: tuple[str, list[int], int | None, bool, bool]) -> Outcome:
+    name, seeds, trace_lines, digest, strict = task
     try:
-        return run_seeds(get(name), seeds, trace_lines, digest=digest)
+        return run_seeds(get(name), seeds, trace_lines, digest=digest, strict=strict)
     finally:
         remove_tmp_root()  # pool workers end with os._exit: atexit would not clean up
 
@@ -108,13 +116,15 @@ def _chunks(seeds: Sequence[int], size: int) -> Iterator[list[int]]:
 
 
 def sweep(scenarios: Sequence[Scenario], seeds: Sequence[int] | None, jobs: int = 1,
-          trace_lines: int | None = 60, verbose: bool = False, digest: bool = False) -> list[Outcome]:
+          trace_lines: int | None = 60, verbose: bool = False, digest: bool = False,
+          strict: bool = False) -> list[Outcome]:
     """Run every scenario over `seeds` (None: each one's test_seeds), in `jobs` processes."""
     plan = [(s, list(seeds) if seeds is not None else list(range(s.test_seeds))) for s in scenarios]
     if jobs <= 1:
-        return [run_seeds(s, chosen, trace_lines, verbose, digest) for s, chosen in plan]
+        return [run_seeds(s, chosen, trace_lines, verbose, digest, strict) for s, chosen in plan]
     outcomes = {s.name: Outcome(s.name) for s, _ in plan}
-    tasks = [(s.name, chunk, trace_lines, digest) for s, chosen in plan for chunk in _chunks(chosen, CHUNK_SEEDS)]
+    tasks = [(s.name, chunk, trace_lines, digest, strict)
+             for s, chosen in plan for chunk in _chunks(chosen, CHUNK_SEEDS)]
     started = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         for part in pool.imap_unordered(_worker, tasks):
@@ -123,10 +133,12 @@ def sweep(scenarios: Sequence[Scenario], seeds: Sequence[int] | None, jobs: int 
             total.virtual_s += part.virtual_s
             total.failures.extend(part.failures)
             total.digests.extend(part.digests)
+            total.known.extend(part.known)
     elapsed = time.perf_counter() - started
     for total in outcomes.values():
         total.failures.sort()
         total.digests.sort()
+        total.known.sort()
         total.seconds = elapsed  # wall time of the whole sweep (scenarios share the workers)
     return list(outcomes.values())
 
@@ -142,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-reports", type=int, default=3, help="full reports printed; the rest: one line")
     parser.add_argument("--digest", action="store_true", help="print a hash of each seed's trace (to compare "
                                                                "replays across processes and machines)")
+    parser.add_argument("--strict", action="store_true", help="count seeds that hit a scenario's known issue "
+                                                               "as failures")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = parser.parse_args(argv)
 
@@ -156,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyError, ValueError) as exc:
         parser.error(str(exc.args[0] if exc.args else exc))
     trace_lines = None if args.verbose else args.trace_lines
-    outcomes = sweep(chosen, seeds, max(1, args.jobs), trace_lines, args.verbose, args.digest)
+    outcomes = sweep(chosen, seeds, max(1, args.jobs), trace_lines, args.verbose, args.digest, args.strict)
     for outcome in outcomes:
         for seed, digest in outcome.digests:
             print(f"{outcome.scenario} seed {seed} trace {digest}")
@@ -172,8 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(f"{headline}\n  replay: make sim SCENARIO={outcome.scenario} SEEDS={seed}")
     for outcome in outcomes:
+        by_issue: dict[str, list[int]] = {}
+        for seed, issue in outcome.known:
+            by_issue.setdefault(issue, []).append(seed)
+        for issue, hit in by_issue.items():
+            shown = ",".join(str(seed) for seed in hit[:10]) + (",..." if len(hit) > 10 else "")
+            print(f"{outcome.scenario}: KNOWN ISSUE in {len(hit)} seed(s) ({shown}): {issue}\n"
+                  f"  replay: make sim SCENARIO={outcome.scenario} SEEDS={hit[0]} SIMFLAGS=--strict")
+    for outcome in outcomes:
         rate = outcome.seeds / outcome.seconds if outcome.seconds else 0.0
-        print(f"{outcome.scenario}: {outcome.seeds} seed(s), {len(outcome.failures)} failed, "
+        known = f", {len(outcome.known)} known issue(s)" if outcome.known else ""
+        print(f"{outcome.scenario}: {outcome.seeds} seed(s), {len(outcome.failures)} failed{known}, "
               f"{outcome.virtual_s:.0f} virtual s in {outcome.seconds:.1f} s ({rate:.0f} seeds/s)")
     if failed:
         seeds_list = ",".join(str(seed) for o in outcomes for seed, _, _ in o.failures[:20])

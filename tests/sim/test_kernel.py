@@ -328,6 +328,11 @@ def test_run_seeds_collects_failures_with_reports() -> None:
     assert outcome.seeds == 4 and [seed for seed, _, _ in outcome.failures] == [3, 5]
     assert "make sim SCENARIO=parity SEEDS=3" in outcome.failures[0][2]
 
+    known = Scenario("parity", odd_seeds_fail, "", known_issues={r"seed 5 is odd": "bug #5"})
+    outcome = run_seeds(known, [3, 5], trace_lines=5)
+    assert [seed for seed, _, _ in outcome.failures] == [3] and outcome.known == [(5, "bug #5")]
+    assert [seed for seed, _, _ in run_seeds(known, [3, 5], strict=True).failures] == [3, 5]
+
 
 def test_hash_seed_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONHASHSEED", "0")
