@@ -195,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"  replay: make sim SCENARIO={outcome.scenario} SEEDS={hit[0]} SIMFLAGS=--strict")
     for outcome in outcomes:
         rate = outcome.seeds / outcome.seconds if outcome.seconds else 0.0
-        known = f", {len(outcome.known)} known issue(s)" if outcome.known else ""
-        print(f"{outcome.scenario}: {outcome.seeds} seed(s), {len(outcome.failures)} failed{known}, "
+        known_note = f", {len(outcome.known)} known issue(s)" if outcome.known else ""
+        print(f"{outcome.scenario}: {outcome.seeds} seed(s), {len(outcome.failures)} failed{known_note}, "
               f"{outcome.virtual_s:.0f} virtual s in {outcome.seconds:.1f} s ({rate:.0f} seeds/s)")
     if failed:
         seeds_list = ",".join(str(seed) for o in outcomes for seed, _, _ in o.failures[:20])

@@ -72,8 +72,9 @@ class _VirtualSelector:
         loop = self._loop
         if timeout is None:
             raise SimDeadlock(loop.describe_deadlock())
-        if timeout > 0 and loop._scheduled:
-            loop._advance_to(loop._scheduled[0]._when)
+        scheduled = loop._scheduled  # type: ignore[attr-defined]  # asyncio's timer heap
+        if timeout > 0 and scheduled:
+            loop._advance_to(scheduled[0]._when)
         return []
 
     def close(self) -> None:
@@ -112,10 +113,11 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         if self.max_steps is not None and self.steps > self.max_steps:
             raise SimStepLimit(f"step limit of {self.max_steps} loop iterations reached at virtual "
                                f"{self.time():.6f} s (a busy loop?); {self._pending_summary()}")
-        super()._run_once()
+        super()._run_once()  # type: ignore[misc]  # asyncio's private loop iteration
 
     # -- tasks: deterministic names and a creation order ---------------------------------------
-    def create_task(self, coro: Any, *, name: str | None = None, context: Any = None) -> asyncio.Task[Any]:
+    def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
+                    context: Any = None) -> asyncio.Task[Any]:
         """As asyncio's, but unnamed tasks are numbered per loop (asyncio's own "Task-N"
         counter is global, so names would differ between two runs in one process), and the
         creation order is kept for teardown and deadlock reports."""
@@ -144,11 +146,12 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         return f"{len(tasks)} pending task(s): {shown}" + (" ..." if len(tasks) > 10 else "")
 
     # -- executors: inline ---------------------------------------------------------------------
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
+                        *args: Any) -> asyncio.Future[Any]:
         """Run `func(*args)` now, in this thread; the returned future is already done,
         unless `executor_latency` is set, in which case it resolves that many virtual
         seconds later (the function has still run at once)."""
-        self._check_closed()
+        self._check_closed()  # type: ignore[attr-defined]
         future = self.create_future()
         try:
             result = func(*args)
@@ -250,10 +253,10 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
     def sock_sendfile(self, *args: Any, **kwargs: Any) -> NoReturn:
         _forbidden("sock_sendfile")
 
-    def add_reader(self, *args: Any, **kwargs: Any) -> NoReturn:
+    def add_reader(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
         _forbidden("add_reader")
 
-    def add_writer(self, *args: Any, **kwargs: Any) -> NoReturn:
+    def add_writer(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
         _forbidden("add_writer")
 
     def remove_reader(self, *args: Any, **kwargs: Any) -> bool:
@@ -262,7 +265,7 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
     def remove_writer(self, *args: Any, **kwargs: Any) -> bool:
         return False
 
-    def add_signal_handler(self, *args: Any, **kwargs: Any) -> NoReturn:
+    def add_signal_handler(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
         _forbidden("add_signal_handler")
 
     def remove_signal_handler(self, *args: Any, **kwargs: Any) -> bool:

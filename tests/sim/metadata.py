@@ -21,6 +21,7 @@ a lease whose renewals fail for its TTL expires in the inner store, as in etcd.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -112,7 +113,7 @@ class FaultyMetadataStore:
     async def list(self, prefix: str) -> list[KeyValue]:
         return await self._call("list", prefix, False, lambda: self.inner.list(prefix))
 
-    async def list_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]:
+    async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         return await self._call("list", prefix, False, lambda: self.inner.list_with_revision(prefix))
 
     async def txn(self, compares: Mapping[str, int], puts: Mapping[str, bytes] | None = None,

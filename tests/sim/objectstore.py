@@ -22,6 +22,7 @@ fail transiently), which is why the sim needs this layer of its own.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
@@ -185,7 +186,7 @@ class FaultyObjectStore:
     async def close(self) -> None:
         await self.inner.close()
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         return self.inner.keys()
 
     # -- faults --------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
                 else:
                     await asyncio.sleep(0.01)
 
+            async def put_if_absent(self, key: str, data: bytes) -> bool:
+                raise NotImplementedError
+
         committed: list[str] = []
 
         class Committer:

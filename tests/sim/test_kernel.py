@@ -86,7 +86,12 @@ def test_run_in_executor_and_to_thread_run_inline() -> None:
     async def main(sim: Sim) -> list[Any]:
         loop = asyncio.get_running_loop()
         calls: list[str] = []
-        future = loop.run_in_executor(None, lambda: calls.append("ran") or 42)
+
+        def work() -> int:
+            calls.append("ran")
+            return 42
+
+        future = loop.run_in_executor(None, work)
         assert calls == ["ran"] and future.done(), "ran at once, future already done"
         failing = loop.run_in_executor(None, lambda: 1 / 0)
         with pytest.raises(ZeroDivisionError):
