@@ -19,6 +19,12 @@ Virtual time is an integer count of nanoseconds (`now_ns`); `time()` returns it 
 as asyncio expects. Keeping it integral avoids float drift: `SimClock.monotonic_ms()` after
 `sleep(4.35)` is 4350, not 4349.
 
+Nodes: a task or callback belongs to the `SimNode` (one incarnation of a broker) that is
+`CURRENT_NODE` in its context; tasks inherit it from whoever created them. `kill(node)` is a
+kill -9: the node's ready callbacks and timers are cancelled and nothing of it is scheduled
+again, so its tasks stay suspended where they were (no finally blocks run, no timer fires,
+no answer wakes them), while every other node goes on. See nodes.py for the API.
+
 No I/O: every socket, server, pipe, subprocess, signal and DNS method raises `SimForbidden`.
 `run_in_executor` runs the function inline (there are no threads in a simulation) and
 returns a completed future; `executor_latency` can make that future resolve after a virtual
@@ -29,9 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.base_events
+import contextvars
 import math
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 NS_PER_S = 1_000_000_000
@@ -59,6 +67,22 @@ class SimStepLimit(SimError):
 
 class SimForbidden(SimError):
     """Real I/O, threads or blocking waits were attempted inside a simulation."""
+
+
+@dataclass(eq=False)
+class SimNode:
+    """One incarnation of a node: a restarted broker is a new SimNode with the same id, so
+    the killed incarnation's tasks can never wake up in the new one."""
+
+    node_id: int
+    incarnation: int
+    alive: bool = True
+
+    def __str__(self) -> str:
+        return f"n{self.node_id}.{self.incarnation}"
+
+
+CURRENT_NODE: contextvars.ContextVar[SimNode | None] = contextvars.ContextVar("sim_node", default=None)
 
 
 class _VirtualSelector:
@@ -93,8 +117,11 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self.max_virtual_ns = math.inf if math.isinf(max_virtual_s) else int(max_virtual_s * NS_PER_S)
         self.max_steps = max_steps
         self.executor_latency: Callable[[], float] | None = None
+        self.killed = 0  # incarnations killed so far; while 0, scheduling costs nothing extra
+        self.incarnations: dict[int, int] = {}  # node id -> last incarnation (nodes.new_node)
         self._task_seq = 0
         self._tasks_in_order: list[weakref.ref[asyncio.Task[Any]]] = []
+        self.task_nodes: weakref.WeakKeyDictionary[asyncio.Task[Any], SimNode] = weakref.WeakKeyDictionary()
 
     # -- time ---------------------------------------------------------------------------------
     def time(self) -> float:
@@ -115,6 +142,39 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
                                f"{self.time():.6f} s (a busy loop?); {self._pending_summary()}")
         super()._run_once()  # type: ignore[misc]  # asyncio's private loop iteration
 
+    # -- nodes: a killed incarnation never runs again ------------------------------------------
+    def call_soon(self, callback: Any, *args: Any,  # type: ignore[override]
+                  context: contextvars.Context | None = None) -> asyncio.Handle:
+        if self.killed and _is_dead(context):
+            handle = asyncio.Handle(callback, args, self, context)
+            handle.cancel()
+            return handle
+        return super().call_soon(callback, *args, context=context)
+
+    def call_at(self, when: float, callback: Any, *args: Any,  # type: ignore[override]
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        if self.killed and _is_dead(context):
+            handle = asyncio.TimerHandle(when, callback, args, self, context)
+            handle.cancel()
+            return handle
+        return super().call_at(when, callback, *args, context=context)
+
+    def kill(self, node: SimNode) -> None:
+        """kill -9 `node`: cancel its ready callbacks and timers; from now on anything
+        scheduled in its context (a timer, a task step, a future's wakeup) is dropped."""
+        if not node.alive:
+            return
+        node.alive = False
+        self.killed += 1
+        for handle in [*self._ready, *self._scheduled]:  # type: ignore[attr-defined]
+            if handle._context.get(CURRENT_NODE) is node:
+                handle.cancel()
+
+    def revive_all(self) -> None:
+        """Stop dropping killed nodes' callbacks (teardown: their tasks must be able to
+        finish being cancelled)."""
+        self.killed = 0
+
     # -- tasks: deterministic names and a creation order ---------------------------------------
     def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
                     context: Any = None) -> asyncio.Task[Any]:
@@ -124,6 +184,9 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self._task_seq += 1
         task = super().create_task(coro, name=name or f"sim-task-{self._task_seq}", context=context)
         self._tasks_in_order.append(weakref.ref(task))
+        node = context.get(CURRENT_NODE) if context is not None else CURRENT_NODE.get()
+        if node is not None:
+            self.task_nodes[task] = node
         if len(self._tasks_in_order) > 4096 and self._task_seq % 4096 == 0:
             self._tasks_in_order = [r for r in self._tasks_in_order if (t := r()) is not None and not t.done()]
         return task
@@ -290,6 +353,11 @@ class SimClock:
         return self._loop.now_ns // NS_PER_MS
 
 
+def _is_dead(context: contextvars.Context | None) -> bool:
+    node = context.get(CURRENT_NODE) if context is not None else CURRENT_NODE.get()
+    return node is not None and not node.alive
+
+
 def describe_task(task: asyncio.Task[Any]) -> str:
     """`name at file:line in function > ...` down to where a pending task is suspended (the
     last three coroutine frames), for deadlock and limit reports."""
@@ -300,7 +368,10 @@ def describe_task(task: asyncio.Task[Any]) -> str:
         if frame is not None:
             frames.append(f"{_short_path(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}")
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return f"{task.get_name()} at {' > '.join(frames[-3:]) or '?'}"
+    loop = task.get_loop()
+    node = loop.task_nodes.get(task) if isinstance(loop, SimLoop) else None
+    owner = "" if node is None else f" [{node}{'' if node.alive else ', killed'}]"
+    return f"{task.get_name()}{owner} at {' > '.join(frames[-3:]) or '?'}"
 
 
 def _short_path(path: str) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -54,6 +55,10 @@ Resp = TypeVar("Resp")
 Handler = Callable[[Any], Awaitable[Any]]
 
 _ERROR_DECODER = msgspec.msgpack.Decoder(RpcErrorBody)
+# Messages on the wire belong to no node: killing the sender does not recall a sent packet,
+# and a pipe's timer must not die with whichever node happened to schedule it. (Callbacks
+# never nest, so one empty context can be shared by all of them.)
+_WIRE = contextvars.Context()
 
 
 @dataclass(frozen=True)
@@ -105,14 +110,14 @@ class _Pipe:
         self._last_at = at
         self._queue.append(_Message(at, correlation_id, payload, is_error))
         if self._timer is None and not self.held:
-            self._timer = loop.call_at(at, self._pump)
+            self._timer = loop.call_at(at, self._pump, context=_WIRE)
 
     def kick(self) -> None:
         """Resume after a held partition healed."""
         self.held = False
         if self._queue and self._timer is None:
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_at(max(self._queue[0].deliver_at, loop.time()), self._pump)
+            self._timer = loop.call_at(max(self._queue[0].deliver_at, loop.time()), self._pump, context=_WIRE)
 
     def clear(self) -> None:
         self._queue.clear()
@@ -143,7 +148,7 @@ class _Pipe:
                 continue
             self._deliver(message)
         if self._queue:
-            self._timer = loop.call_at(self._queue[0].deliver_at, self._pump)
+            self._timer = loop.call_at(self._queue[0].deliver_at, self._pump, context=_WIRE)
 
 
 class _Endpoint:
@@ -151,6 +156,7 @@ class _Endpoint:
 
     def __init__(self, node_id: int, address: str, handler: Handler, request_type: Any, response_type: Any,
                  max_frame_bytes: int) -> None:
+        self.context = contextvars.copy_context()  # handlers run as the node that called serve()
         self.node_id = node_id
         self.address = address
         self.handler = handler
@@ -175,8 +181,9 @@ class _Connection:
         self.responses = _Pipe(network, self, endpoint.node_id, client.node_id, self._on_response)
         endpoint.connections[self] = None
 
-    def lose(self, reason: str) -> None:
-        """Fail pending calls, cancel server-side handlers, discard what is in flight."""
+    def lose(self, reason: str, *, server_notices: bool = True) -> None:
+        """Fail pending calls, discard what is in flight, and cancel the server-side handlers
+        unless the server never hears of it (the caller's host vanished: no FIN, no RST)."""
         if self.lost:
             return
         self.lost = True
@@ -187,8 +194,9 @@ class _Connection:
         for future in pending.values():
             if not future.done():
                 future.set_exception(RpcUnavailable(reason))
-        for task in list(self.handlers):
-            task.cancel()
+        if server_notices:
+            for task in list(self.handlers):
+                task.cancel()
         self.network.trace.record(self.network.name, "n%d->%s connection lost: %s", self.client.node_id,
                                   self.endpoint.address, reason)
 
@@ -216,7 +224,8 @@ class _Connection:
         network.trace.record(network.name, "n%d->n%d #%d %s delivered", src, dst, message.correlation_id,
                              type(request).__name__)
         task = asyncio.get_running_loop().create_task(
-            self._handle(message.correlation_id, request), name=f"rpc n{dst}<-n{src} #{message.correlation_id}")
+            self._handle(message.correlation_id, request), name=f"rpc n{dst}<-n{src} #{message.correlation_id}",
+            context=endpoint.context.copy())
         self.handlers[task] = None
         task.add_done_callback(self._handled)
 
@@ -329,9 +338,9 @@ class SimRpcClient(Generic[Req, Resp]):
         self._last_id = (self._last_id + 1) & 0xFFFF_FFFF
         return self._last_id
 
-    def lose_connection(self, reason: str) -> None:
+    def lose_connection(self, reason: str, *, server_notices: bool = True) -> None:
         if self._conn is not None:
-            self._conn.lose(reason)
+            self._conn.lose(reason, server_notices=server_notices)
 
     async def _connection(self) -> _Connection:
         conn = self._conn
@@ -391,9 +400,9 @@ class SimRpcPool(Generic[Req, Resp]):
         for client in clients:
             await client.close()
 
-    def lose_all(self, reason: str) -> None:
+    def lose_all(self, reason: str, *, server_notices: bool = True) -> None:
         for client in self._clients.values():
-            client.lose_connection(reason)
+            client.lose_connection(reason, server_notices=server_notices)
 
 
 @dataclass
@@ -498,8 +507,8 @@ class SimNetwork:
                     conn.responses.clear()
                 else:
                     conn.lose(f"connection to {address} reset: node {node_id} crashed")
-        for pool in self._pools.get(node_id, []):
-            pool.lose_all(f"node {node_id} crashed")
+        for pool in self._pools.get(node_id, []):  # its handlers elsewhere run on unless the peer saw a reset
+            pool.lose_all(f"node {node_id} crashed", server_notices=not black_hole)
 
     def restart(self, node_id: int) -> None:
         """The node is reachable again; it serves once it calls `serve` again."""
@@ -542,13 +551,14 @@ class SimNetwork:
             if endpoint is None:
                 self.trace.record(self.name, "n%d->%s connect: refused", src, client.address)
                 loop.call_later(back, _fail, result,
-                                RpcUnavailable(f"cannot connect to {client.address}: connection refused"))
+                                RpcUnavailable(f"cannot connect to {client.address}: connection refused"),
+                                context=_WIRE)
                 return
             conn = _Connection(self, client, endpoint)
             self.trace.record(self.name, "n%d->%s (n%d) connected", src, client.address, endpoint.node_id)
-            loop.call_later(back, _succeed, result, conn)
+            loop.call_later(back, _succeed, result, conn, context=_WIRE)
 
-        loop.call_later(out, arrive)
+        loop.call_later(out, arrive, context=_WIRE)
 
 
 def _nodes(side: int | Iterable[int]) -> list[int]:

@@ -174,6 +174,7 @@ def _teardown(loop: SimLoop, events: Trace) -> None:
     """Cancel what is left, in creation order, let it finish (bounded), close the loop.
     A task that refuses to finish is reported in the trace, not raised: the verdict is
     about the scenario, which has already ended."""
+    loop.revive_all()
     loop.max_steps = loop.steps + TEARDOWN_STEPS
     loop.max_virtual_ns = loop.now_ns + int(TEARDOWN_VIRTUAL_S * NS_PER_S)
     try:

@@ -19,9 +19,10 @@ import pytest
 
 from tests.sim.cli import parse_seeds, run_seeds, trace_digest
 from tests.sim.determinism import SimRandom, fixed_hash_seed
-from tests.sim.loop import DEFAULT_EPOCH_MS, SimDeadlock, SimForbidden, SimStepLimit, SimTimeLimit
+from tests.sim.loop import DEFAULT_EPOCH_MS, SimDeadlock, SimForbidden, SimStepLimit, SimTimeLimit, describe_task
 from tests.sim.metadata import MetadataFaults, build_metadata_store
 from tests.sim.network import NetFaults, SimNetwork
+from tests.sim.nodes import as_node, crash, new_node, spawn
 from tests.sim.objectstore import ObjectStoreFaults, build_object_store
 from tests.sim.registry import Scenario
 from tests.sim.runner import Sim, SimFailure, run
@@ -346,3 +347,65 @@ def test_hash_seed_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fixed_hash_seed() is None
     monkeypatch.delenv("PYTHONHASHSEED")
     assert fixed_hash_seed() is None
+
+
+# -- nodes: kill -9 and restart ---------------------------------------------------------------------
+def test_a_killed_node_freezes_while_others_go_on_and_a_new_incarnation_runs() -> None:
+    async def main(sim: Sim) -> dict[str, Any]:
+        loop = sim.loop
+        log: list[str] = []
+
+        async def ticker(name: str, gate: asyncio.Event) -> None:
+            try:
+                while True:
+                    await asyncio.sleep(1)
+                    log.append(f"{name}@{loop.time():g}")
+                    if gate.is_set():
+                        log.append(f"{name} saw the gate")
+            finally:
+                log.append(f"{name} finally")
+
+        gate = asyncio.Event()
+        first, other = new_node(loop, 1), new_node(loop, 2)
+        spawn(first, ticker("a", gate))
+        spawn(other, ticker("b", gate))
+        with as_node(first):
+            loop.call_later(2.5, log.append, "a's timer")
+        await asyncio.sleep(2.2)
+        crash(loop, first)
+        gate.set()  # would wake node 1's ticker if it were alive
+        await asyncio.sleep(2)
+        restarted = new_node(loop, 1)
+        spawn(restarted, ticker("a2", gate))
+        await asyncio.sleep(1.5)
+        return {"log": list(log), "restarted": str(restarted), "pending": [describe_task(t) for t in loop.pending_tasks()]}
+
+    result = value_of(main)
+    assert result["log"] == ["a@1", "b@1", "a@2", "b@2", "b@3", "b saw the gate", "b@4", "b saw the gate",
+                             "b@5", "b saw the gate", "a2@5.2", "a2 saw the gate"]
+    assert result["restarted"] == "n1.2"
+    assert any("[n1.1, killed]" in line for line in result["pending"]), "frozen, not finished"
+
+
+def test_rpc_handlers_belong_to_the_serving_node() -> None:
+    async def main(sim: Sim) -> list[Any]:
+        network = SimNetwork(sim.fork("net"), sim.trace, faults=NetFaults(latency_s=(0.001, 0.001)))
+        server = new_node(sim.loop, 2)
+        handled: list[int] = []
+
+        async def handle(request: Ping) -> Pong:
+            await asyncio.sleep(0.5)
+            handled.append(request.seq)
+            return Pong(request.seq)
+
+        with as_node(server):
+            network.serve(2, "n2", 1, handle, Ping, Pong)
+        client = network.pool(1, Ping, Pong).get(2, "n2", 1)
+        first = await client.call(Ping(1), 1.0)
+        call = sim.loop.create_task(client.call(Ping(2), 1.0))
+        await asyncio.sleep(0.1)
+        sim.loop.kill(server)  # the process froze; the network does not know yet
+        outcome = await asyncio.gather(call, return_exceptions=True)
+        return [first, handled, type(outcome[0]).__name__]
+
+    assert value_of(main) == [Pong(1), [1], "RpcTimeout"]

@@ -371,3 +371,31 @@ def test_rpc_carries_the_brokers_real_peer_messages() -> None:
         await pool.close()
 
     simulate(main)
+
+
+def test_rpc_a_crashed_caller_cancels_its_requests_handlers_only_if_the_server_hears_of_it() -> None:
+    async def main(sim: Sim) -> dict[str, str]:
+        outcome: dict[str, str] = {}
+
+        async def slow(request: Ping) -> Pong:
+            try:
+                await asyncio.sleep(1)
+                outcome[request.text] = "finished"
+            except asyncio.CancelledError:
+                outcome[request.text] = "cancelled"
+                raise
+            return Pong(request.seq)
+
+        network = SimNetwork(sim.fork("net"), sim.trace, faults=NetFaults(latency_s=(0.001, 0.001)))
+        network.serve(2, "n2", 1, slow, Ping, Pong)
+        for caller, black_hole in ((1, False), (3, True)):
+            client = network.pool(caller, Ping, Pong).get(2, "n2", 1)
+            call = asyncio.get_running_loop().create_task(client.call(Ping(caller, f"n{caller}"), 5.0))
+            await asyncio.sleep(0.1)
+            network.crash(caller, black_hole=black_hole)
+            with pytest.raises(RpcUnavailable):
+                await call
+        await asyncio.sleep(2)
+        return outcome
+
+    assert simulate(main) == {"n1": "cancelled", "n3": "finished"}
