@@ -138,6 +138,7 @@ def run(seed: int, main: Callable[[Sim], Awaitable[T]], *, scenario: str = "adho
     rng = SimRandom(seed)
     sim = Sim(seed=seed, scenario=scenario, loop=loop, rng=rng, ids=SimIds(rng.fork("ids")),
               clock=SimClock(loop, epoch_ms=epoch_ms), trace=events, tmp=_fresh_tmp(tmp_root))
+    events.redactions[str(sim.tmp)] = "<tmp>"
     unhandled: list[str] = []
     loop.set_exception_handler(lambda _loop, context: _on_unhandled(events, unhandled, context))
     value: Any = None

@@ -231,6 +231,12 @@ def test_logs_go_into_the_trace_not_to_stderr(capsys: pytest.CaptureFixture[str]
     assert value_of(main) == 1
     assert "upload of" not in capsys.readouterr().err
 
+    async def names_its_dir(sim: Sim) -> list[str]:
+        logging.getLogger("broker.log").warning("recovered %s", sim.tmp / "t-0")
+        return sim.trace.lines()
+
+    assert value_of(names_its_dir)[-1].endswith("WARNING recovered <tmp>/t-0"), "the same story in every process"
+
 
 def test_gc_is_off_during_a_run_and_restored() -> None:
     async def main(sim: Sim) -> bool:

@@ -31,6 +31,9 @@ class Trace:
         self.limit = limit
         self.events: list[Event] = []
         self.dropped = 0
+        # Replaced when formatting: the run's temp dir differs per process (two workers run
+        # at once), and a story must read the same wherever it was told.
+        self.redactions: dict[str, str] = {}
 
     def record(self, source: str, message: str, *args: Any) -> None:
         """`message % args` happened at the current virtual time, seen by `source`."""
@@ -44,16 +47,24 @@ class Trace:
 
     def lines(self, last: int | None = None) -> list[str]:
         events = self.events if last is None else self.events[-last:]
-        return [format_event(event) for event in events]
+        lines = [format_event(event) for event in events]
+        for original, replacement in self.redactions.items():
+            lines = [line.replace(original, replacement) for line in lines]
+        return lines
 
     def count(self, source_prefix: str = "", contains: str = "") -> int:
         """How many events came from a source starting with `source_prefix` and, formatted,
         contain `contains` (tests and auditors use it to check a fault really happened)."""
         n = 0
         for event in self.events:
-            if event[1].startswith(source_prefix) and (not contains or contains in _message(event)):
+            if event[1].startswith(source_prefix) and (not contains or contains in self._redact(_message(event))):
                 n += 1
         return n
+
+    def _redact(self, text: str) -> str:
+        for original, replacement in self.redactions.items():
+            text = text.replace(original, replacement)
+        return text
 
     def format(self, last: int | None = 200) -> str:
         shown = self.lines(last)
