@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run dev-cluster test test-unit test-integration bench install clean
+.PHONY: run dev-cluster test test-unit test-integration sim bench install clean
 
 # Also installs kafkajs (tests/js) for tests/integration/test_kafkajs.py, which skip without
 # node/npm, but fail when CI=true.
@@ -42,6 +42,17 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q tests/integration
+
+## Simulations (tests/sim): SEEDS (N, A..B exclusive, A..=B, or a comma list) of SCENARIO
+## (a name, a comma list, or all) in JOBS processes, with the hash seed fixed so a failure
+## replays exactly: `make sim SCENARIO=diskless_write SEEDS=1234 SIMFLAGS=--verbose`.
+## `make test` runs each scenario's own (smaller) seed count.
+SEEDS    ?= 0..20000
+SCENARIO ?= all
+JOBS     ?= 2
+SIMFLAGS ?=
+sim: $(STAMP)
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.sim --scenario $(SCENARIO) --seeds $(SEEDS) --jobs $(JOBS) $(SIMFLAGS)
 
 ## Benchmarks (not part of CI): figures go to docs/benchmarks.md. The diskless one starts
 ## moto and tests/s3proxy.py (20 ms per PUT, 10 ms per GET) on loopback.

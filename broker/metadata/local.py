@@ -2,6 +2,8 @@
 
 Metadata changes are rare (topic create/delete, config changes, producer-id blocks), so
 each mutation rewrites the whole file atomically (write, fsync, rename, fsync dir).
+With `path=None` nothing is persisted: an in-memory store for simulations and unit tests
+(it stands for etcd there, which outlives any broker, so it needs no file).
 
 Everything in the MetadataStore contract works here with etcd's semantics, for one process:
 - Leases live in memory and expire on the injected clock's monotonic time: on every call
@@ -62,7 +64,7 @@ class _LeaseState:
 
 
 class LocalMetadataStore:
-    def __init__(self, path: Path, clock: Clock | None = None, *,
+    def __init__(self, path: Path | None, clock: Clock | None = None, *,
                  history_limit: int = DEFAULT_HISTORY_LIMIT,
                  lease_check_interval_s: float = DEFAULT_LEASE_CHECK_INTERVAL_S) -> None:
         if history_limit < 1:
@@ -81,7 +83,7 @@ class LocalMetadataStore:
         self._sweeper: asyncio.Task[None] | None = None
         self._lease_check_interval_s = lease_check_interval_s
         self._closed = False
-        if path.exists():
+        if path is not None and path.exists():
             data = msgspec.json.decode(path.read_bytes(), type=_StoreFile)
             if data.version != FORMAT_VERSION:
                 raise ValueError(f"{path}: metadata format version {data.version} is not supported "
@@ -93,7 +95,7 @@ class LocalMetadataStore:
                 for key in orphans:
                     del self._entries[key]
                 self._persist()
-        else:
+        elif path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
         # All events with a revision >= this one are in _history.
         self._history_start_revision = self._revision + 1
@@ -314,6 +316,8 @@ class LocalMetadataStore:
             self.expire_leases()
 
     def _persist(self) -> None:
+        if self._path is None:
+            return
         tmp = self._path.with_suffix(".tmp")
         payload = msgspec.json.encode(_StoreFile(FORMAT_VERSION, self._revision, self._entries))
         with open(tmp, "wb") as fh:

@@ -1,6 +1,7 @@
 """The metadata store contract: one suite, run against both backends (STYLE 3).
 
-`local` (the embedded store, in a tmp dir) and `etcd` (the session etcd from conftest.py,
+`local` (the embedded store, in a tmp dir), `local-memory` (the same without a file, as
+simulations use it) and `etcd` (the session etcd from conftest.py,
 a fresh key prefix per test). A behaviour the controller or the brokers rely on belongs
 here, so that both backends keep it. Backend-specific behaviour (the local store's
 injected clock and history, etcd's endpoint failover, prefix isolation and watch resume)
@@ -59,10 +60,12 @@ class Backend:
         return asyncio.run(main())
 
 
-@pytest.fixture(params=["local", "etcd"])
+@pytest.fixture(params=["local", "local-memory", "etcd"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
         return Backend("local", lambda **options: LocalMetadataStore(tmp_path / "metadata" / "store.json", **options))
+    if request.param == "local-memory":  # path=None: what simulations use in place of etcd
+        return Backend("local-memory", lambda **options: LocalMetadataStore(None, **options))
     server: EtcdServer = request.getfixturevalue("etcd_server")
     prefix = f"contract-{next(_prefixes):04d}"  # a fresh prefix per test: no cleanup needed
 

@@ -1,0 +1,319 @@
+"""An object store that fails, delays, loses answers, stalls and rots: the object-store seam
+(STYLE 19) for simulations and unit tests.
+
+`FaultyObjectStore` wraps the real MemoryObjectStore with the same interface. One call is
+one "request": it may wait a virtual delay, fail before it is applied (a retriable 503), be
+applied and then fail anyway (the answer was lost: the caller cannot tell it from the first
+case), or fail for good (a 403). Each decision is drawn from the seeded rng and recorded in
+the trace. Explicit controls model what probabilities cannot: `stall()` (every call waits
+until `resume()`), `make_unreadable(key)` and `corrupt(key)`.
+
+`RetryingObjectStore` is the retry layer the broker's S3 store has inside it (each attempt
+under a timeout, `RetryPolicy` between attempts, a retriable error left over at the end
+raised as ObjectStoreUnavailable), so a simulation composes
+
+    RetryingObjectStore(FaultyObjectStore(MemoryObjectStore()))   ~   S3ObjectStore(real S3)
+
+and the broker sees the same kinds of errors, after the same kinds of retries, as in
+production. `open_object_store` only retries for s3:// URLs (memory and file stores do not
+fail transiently), which is why the sim needs this layer of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Awaitable, Callable, TypeVar
+
+from broker.objectstore import (
+    MemoryObjectStore,
+    NotFound,
+    ObjectInfo,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+    RetryPolicy,
+)
+
+from .determinism import SimRandom
+from .trace import Trace
+
+OPERATIONS = frozenset({"get", "head", "put", "put_if_absent", "list", "delete_many"})
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ObjectStoreFaults:
+    """Per-request fault probabilities and virtual delays (seconds, uniform in [low, high])."""
+
+    delay_s: tuple[float, float] = (0.005, 0.030)  # every request: S3's usual first-byte latency
+    slow_p: float = 0.0  # a tail-latency request instead takes slow_s
+    slow_s: tuple[float, float] = (0.5, 5.0)
+    fail_p: float = 0.0  # retriable failure, nothing applied (503 SlowDown, a reset connection)
+    lost_answer_p: float = 0.0  # applied, then a retriable failure (the response was lost)
+    fatal_p: float = 0.0  # non-retriable failure, nothing applied (403, a bad request)
+    partial_delete_p: float = 0.0  # delete_many: each key independently reported as failed
+    operations: frozenset[str] = OPERATIONS  # which operations the probabilities apply to
+
+    @classmethod
+    def none(cls) -> ObjectStoreFaults:
+        """No faults and no delay: the store behaves as MemoryObjectStore."""
+        return cls(delay_s=(0.0, 0.0))
+
+    @classmethod
+    def flaky(cls) -> ObjectStoreFaults:
+        """A store that fails often enough for every path to be taken in a short run."""
+        return cls(slow_p=0.02, fail_p=0.05, lost_answer_p=0.03, partial_delete_p=0.05)
+
+
+class FaultyObjectStore:
+    """MemoryObjectStore behind seeded faults; see the module docstring. `faults` may be
+    replaced at any time (e.g. `ObjectStoreFaults.none()` to switch faults off for a
+    scenario's final audit); `inner` is the ground truth, without faults."""
+
+    def __init__(self, inner: MemoryObjectStore, rng: SimRandom, trace: Trace, *,
+                 faults: ObjectStoreFaults | None = None, name: str = "objectstore",
+                 list_page_size: int = 1000) -> None:
+        self.inner = inner
+        self.faults = faults or ObjectStoreFaults()
+        self._rng = rng
+        self._trace = trace
+        self._name = name
+        self._list_page_size = list_page_size
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._unreadable: set[str] = set()
+        self._corrupt: dict[str, int] = {}  # key -> seed of the damage
+        self.requests = 0
+
+    # -- explicit controls ---------------------------------------------------------------------
+    def stall(self) -> None:
+        """From now on every request waits (after its delay) until `resume()`: a store that
+        accepts connections and never answers. Callers' timeouts decide what happens."""
+        self._resumed.clear()
+        self._trace.record(self._name, "stalled")
+
+    def resume(self) -> None:
+        self._resumed.set()
+        self._trace.record(self._name, "resumed")
+
+    @property
+    def stalled(self) -> bool:
+        return not self._resumed.is_set()
+
+    def make_unreadable(self, key: str) -> None:
+        """GET and HEAD of `key` fail (retriable) until `make_readable`: a key S3 keeps
+        answering 500 for, or a replica that lost it."""
+        self._unreadable.add(key)
+        self._trace.record(self._name, "unreadable %s", key)
+
+    def make_readable(self, key: str) -> None:
+        self._unreadable.discard(key)
+
+    def corrupt(self, key: str) -> None:
+        """GETs of `key` return damaged bytes (one flipped byte per ranged read, at a place
+        fixed per key) until `heal`: bit rot or a buggy middlebox, which checksums must catch."""
+        self._corrupt[key] = self._rng.getrandbits(32)
+        self._trace.record(self._name, "corrupt %s", key)
+
+    def heal(self, key: str) -> None:
+        self._corrupt.pop(key, None)
+
+    # -- the store interface -------------------------------------------------------------------
+    async def put(self, key: str, data: bytes) -> None:
+        lost = await self._before("put", key)
+        await self.inner.put(key, data)
+        self._after("put", key, lost, f"{len(data)}B")
+
+    async def put_if_absent(self, key: str, data: bytes) -> bool:
+        lost = await self._before("put_if_absent", key)
+        created = await self.inner.put_if_absent(key, data)
+        self._after("put_if_absent", key, lost, str(created))
+        return created
+
+    async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        lost = await self._before("get", key)
+        if key in self._unreadable:
+            self._trace.record(self._name, "get %s unreadable", key)
+            raise ObjectStoreUnavailable(f"sim: GET {key} keeps failing (made unreadable)")
+        data = await self.inner.get(key, start, end)
+        damage = self._corrupt.get(key)
+        if damage is not None and data:
+            position = damage % len(data)
+            data = data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1:]
+            self._trace.record(self._name, "get %s [%s:%s] corrupted at +%d", key, start, end, position)
+        self._after("get", key, lost, f"[{start}:{end}] {len(data)}B")
+        return data
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        lost = await self._before("head", key)
+        if key in self._unreadable:
+            raise ObjectStoreUnavailable(f"sim: HEAD {key} keeps failing (made unreadable)")
+        info = await self.inner.head(key)
+        self._after("head", key, lost, "missing" if info is None else f"{info.size}B")
+        return info
+
+    async def delete_many(self, keys: Iterable[str]) -> list[str]:
+        wanted = list(keys)
+        label = f"{len(wanted)} key(s)"
+        lost = await self._before("delete_many", label)
+        faults = self.faults
+        if faults.partial_delete_p > 0 and "delete_many" in faults.operations:
+            failed = {k for k in wanted if self._rng.chance(faults.partial_delete_p)}
+        else:
+            failed = set()
+        deleted = await self.inner.delete_many([k for k in wanted if k not in failed])
+        if failed:
+            self._trace.record(self._name, "delete_many: %d key(s) reported failed: %s", len(failed),
+                               ",".join(sorted(failed)))
+        self._after("delete_many", label, lost, f"{len(deleted)} deleted")
+        return [k for k in wanted if k not in failed]
+
+    async def list(self, prefix: str = "", start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
+        """Pages of `list_page_size` keys; each page is a request that may be delayed or fail
+        (an iteration may end with an error after yielding some keys, as S3's does)."""
+        in_page = 0
+        lost = await self._before("list", prefix)
+        async for info in self.inner.list(prefix, start_after):
+            if in_page == self._list_page_size:
+                in_page = 0
+                lost = await self._before("list", prefix)
+            in_page += 1
+            yield info
+        self._after("list", prefix, lost, "end")
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def keys(self) -> builtins.list[str]:
+        return self.inner.keys()
+
+    # -- faults --------------------------------------------------------------------------------
+    async def _before(self, operation: str, key: str) -> bool:
+        """Delay, wait out a stall, maybe fail; returns whether the answer will be lost."""
+        self.requests += 1
+        faults = self.faults
+        rng = self._rng
+        delay = rng.between(faults.delay_s)
+        applies = operation in faults.operations
+        if applies and rng.chance(faults.slow_p):
+            delay = rng.between(faults.slow_s)
+            self._trace.record(self._name, "%s %s slow: %.3fs", operation, key, delay)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if not self._resumed.is_set():
+            await self._resumed.wait()
+        if not applies:
+            return False
+        if rng.chance(faults.fatal_p):
+            self._trace.record(self._name, "%s %s failed (fatal)", operation, key)
+            raise ObjectStoreError(f"sim: {operation} {key}: access denied", retriable=False)
+        if rng.chance(faults.fail_p):
+            self._trace.record(self._name, "%s %s failed (retriable, not applied)", operation, key)
+            raise ObjectStoreUnavailable(f"sim: {operation} {key}: 503 SlowDown")
+        return rng.chance(faults.lost_answer_p)
+
+    def _after(self, operation: str, key: str, lost: bool, detail: str) -> None:
+        if lost:
+            self._trace.record(self._name, "%s %s applied, answer lost (%s)", operation, key, detail)
+            raise ObjectStoreUnavailable(f"sim: {operation} {key}: connection reset after the request was sent")
+        self._trace.record(self._name, "%s %s ok %s", operation, key, detail)
+
+
+class RetryingObjectStore:
+    """The S3 store's retry layer over any store: every attempt under `request_timeout_s`
+    (so a stalled store times out), `policy` between attempts; a retriable failure that
+    outlasts the policy is raised as ObjectStoreUnavailable, as S3ObjectStore does."""
+
+    def __init__(self, inner: FaultyObjectStore | MemoryObjectStore, policy: RetryPolicy, *,
+                 request_timeout_s: float | None = 30.0) -> None:
+        self.inner = inner
+        self.policy = policy
+        self.request_timeout_s = request_timeout_s
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._request("put", lambda: self.inner.put(key, data))
+
+    async def put_if_absent(self, key: str, data: bytes) -> bool:
+        # After a lost answer the retry finds the same bytes there: MemoryObjectStore answers
+        # True, as S3ObjectStore does after comparing them.
+        return await self._request("put_if_absent", lambda: self.inner.put_if_absent(key, data))
+
+    async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        return await self._request("get", lambda: self.inner.get(key, start, end))
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        return await self._request("head", lambda: self.inner.head(key))
+
+    async def delete_many(self, keys: Iterable[str]) -> list[str]:
+        wanted = list(keys)
+        return await self._request("delete_many", lambda: self.inner.delete_many(wanted))
+
+    async def list(self, prefix: str = "", start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
+        """A failed page is retried from the last key yielded (S3's continuation token)."""
+        last = start_after
+        failures = 0
+        while True:
+            try:
+                async for info in self.inner.list(prefix, last):
+                    last = info.key
+                    failures = 0
+                    yield info
+                return
+            except Exception as exc:
+                failures += 1
+                if not self.policy.will_retry(failures, _retriable(exc)):
+                    raise _final(exc, "list", failures) from exc
+            await self.policy.sleep(self.policy.backoff_s(failures))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _request(self, operation: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        async def one(_number: int) -> T:
+            if self.request_timeout_s is None:
+                return await attempt()
+            async with asyncio.timeout(self.request_timeout_s):
+                return await attempt()
+
+        try:
+            return await self.policy.run(one, _retriable)
+        except NotFound:
+            raise
+        except Exception as exc:
+            final = _final(exc, operation, self.policy.max_attempts)
+            if final is exc:
+                raise
+            raise final from exc
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or bool(getattr(exc, "retriable", False))
+
+
+def _final(exc: BaseException, operation: str, attempts: int) -> BaseException:
+    if isinstance(exc, TimeoutError):
+        return ObjectStoreUnavailable(f"sim: {operation} timed out on attempt {attempts}")
+    return exc
+
+
+@dataclass
+class SimObjectStore:
+    """The three layers a simulation holds: `store` for the broker (retries over faults),
+    `faulty` for the scenario's controls, `memory` for the auditor's ground truth."""
+
+    store: RetryingObjectStore
+    faulty: FaultyObjectStore
+    memory: MemoryObjectStore
+
+
+def build_object_store(rng: SimRandom, trace: Trace, clock: object, *, faults: ObjectStoreFaults | None = None,
+                       max_attempts: int = 4, request_timeout_s: float | None = 30.0,
+                       name: str = "objectstore") -> SimObjectStore:
+    """Compose memory <- faults <- retries, with the retry jitter drawn from `rng` and the
+    backoff slept on virtual time; `clock` stamps objects' last-modified times."""
+    memory = MemoryObjectStore(clock=clock)  # type: ignore[arg-type]
+    faulty = FaultyObjectStore(memory, rng.fork("faults"), trace, faults=faults, name=name)
+    policy = RetryPolicy(max_attempts=max_attempts, random=rng.fork("retry").random, sleep=asyncio.sleep)
+    return SimObjectStore(RetryingObjectStore(faulty, policy, request_timeout_s=request_timeout_s), faulty, memory)

@@ -1,0 +1,4 @@
+"""The simulation scenarios. Each module registers its scenarios with
+`tests.sim.registry.scenario`; list a new module here so the registry loads it."""
+
+from . import diskless_write  # noqa: F401

@@ -1,0 +1,68 @@
+"""Bugs the simulation found in broker code, each reduced to a small deterministic run.
+
+Marked xfail(strict=True) while the bug is open: the fix turns the test into an XPASS,
+which fails the suite as a reminder to drop the marker (and the scenario's known issue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from broker.diskless.commit import CommitRequest, CommitResponse, CommitResult
+from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.metrics import BrokerMetrics
+from broker.objectstore import ObjectStoreUnavailable
+from broker.partition import prepare_diskless
+from tests.sim.runner import Sim, run
+from tests.sim.scenarios.diskless_write import make_batch, topic_settings
+from walfiles.keys import WalKeyAllocator
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="wal_writer._ship: an object whose upload fails resolves its `dispatched` "
+                                       "future without waiting for its predecessor's, so the next object commits "
+                                       "before earlier, slower ones (found by diskless_write seed 490)")
+def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None:
+    async def main(sim: Sim) -> list[str]:
+        class Store:
+            """PUT 1 is slow, PUT 3 fails, the others are quick."""
+
+            def __init__(self) -> None:
+                self.puts = 0
+
+            async def put(self, key: str, data: bytes) -> None:
+                self.puts += 1
+                if self.puts == 1:
+                    await asyncio.sleep(1.0)
+                elif self.puts == 3:
+                    raise ObjectStoreUnavailable("503")
+                else:
+                    await asyncio.sleep(0.01)
+
+            async def put_if_absent(self, key: str, data: bytes) -> bool:
+                raise NotImplementedError
+
+        committed: list[str] = []
+
+        class Committer:
+            def commit(self, request: CommitRequest) -> asyncio.Future[CommitResponse]:
+                committed.append(request.object_id)
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(CommitResponse(1, [CommitResult(0, None, 0, -1, 0, 1)] * len(request.partitions)))
+                return done
+
+        keys = WalKeyAllocator("", "c", 0, sim.clock.now_ms)
+        writer = WalWriter(Store(), keys, Committer(), None, BrokerMetrics(), buffer_max_bytes=1, linger_ms=1000,
+                           max_inflight_bytes=1 << 20)
+        futures = []
+        for seq in range(4):  # one object each (sealed by size)
+            batch = memoryview(make_batch(7, seq, 1))
+            append = PartitionAppend(uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms()))
+            futures += writer.submit([append])
+        await asyncio.gather(*futures)
+        return committed
+
+    committed = run(1, main).value
+    assert [object_id[-1] for object_id in committed] == ["0", "1", "3"], f"commit order {committed}"
