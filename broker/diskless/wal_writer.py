@@ -193,6 +193,8 @@ class WalWriter:
                 metrics.wal_objects.labels("upload_failed").inc()
                 self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                                          f"WAL object upload failed, nothing was committed: {exc}"))
+                if previous is not None:
+                    await previous  # the next object's commit still waits for every earlier one's
                 return
             metrics.wal_upload_seconds.observe(time.perf_counter() - started)
             if self._cache is not None:

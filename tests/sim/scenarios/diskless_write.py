@@ -116,11 +116,7 @@ def _build_batch(producer_id: int, base_sequence: int, count: int, timestamp_ms:
     return bytes(builder.build())
 
 
-@scenario("diskless_write", max_virtual_s=1800.0, max_steps=200_000, test_seeds=1000, known_issues={
-    r"acknowledged batch .* is before an earlier submit's":
-        "WalWriter commits out of seal order after a failed upload (a failed object releases the next one's "
-        "commit before its predecessors'): tests/sim/test_findings.py",
-})
+@scenario("diskless_write", max_virtual_s=1800.0, max_steps=200_000, test_seeds=1000)
 async def diskless_write(sim: Sim) -> dict[str, int]:
     """Diskless write path (WalWriter, LocalCommitter, real logs) over a faulty object store."""
     rng = sim.fork("scenario")
