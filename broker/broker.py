@@ -1,16 +1,20 @@
 """The broker process: wires configuration, metadata, partitions, the Kafka listener and
 the metrics listener together, and owns start-up and graceful shutdown order.
+
+Everything outside the broker's own logic (clock, randomness and ids, metadata store,
+object store, peers) comes from its `Environment`: the real ones for a process, a
+simulated world in tests/sim.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
-import random
 import uuid
 
 from . import __version__
-from .clock import Clock, SystemClock
+from .clock import Clock
 from .cluster.controller import Controller
 from .cluster.membership import Membership
 from .cluster.placement import assign_replicas
@@ -22,10 +26,11 @@ from .diskless.reader import WalReader
 from .diskless.wal_writer import WalWriter
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all
-from .metadata import MetadataStore, open_store
+from .environment import Environment
+from .metadata import MetadataStore, MetadataUnavailable, RevisionConflict
 from .metadata import records
 from .metrics import BrokerMetrics, MetricsServer
-from .objectstore import ObjectStore, open_object_store
+from .objectstore import ObjectStore
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
@@ -37,7 +42,7 @@ from .replication.read_service import ReplicaReadService
 from .peer_service import PeerRequest, PeerResponse, PeerService
 from .diskless.commit_router import CommitRouter
 from .handlers.forwarding import answer_forwarded
-from .rpc import RpcClientPool, RpcServer
+from .rpc import RpcClientPool
 from .server import KafkaServer
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
@@ -47,28 +52,34 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None, env: Environment | None = None) -> None:
         load_all()
         self.config = config
-        self.clock: Clock = clock or SystemClock()
         self.metrics = BrokerMetrics()
-        self.store: MetadataStore = open_store(config)
-        self.catalog = TopicCatalog(self.store, config)
+        if env is None:
+            env = Environment.for_process(config, on_object_request=self.metrics.observe_object_request)
+            if clock is not None:
+                env.clock = clock
+        self.env = env
+        self.clock: Clock = env.clock
+        self.store: MetadataStore = env.metadata
+        self.catalog = TopicCatalog(self.store, config, new_uuid=env.new_uuid)
         self.view = ClusterView(self.store, self.catalog)
         self.catalog.on_states_written = self._apply_written
         self.waiters = FetchWaiters()
-        self.replicas = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters)
-        self.incarnation = uuid.uuid4().hex
+        self.replicas = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters,
+                                       env.new_uuid)
+        self.incarnation = env.new_uuid().hex
         self.router = AzRouter(self.view, config.az)
         self.membership = Membership(self.store, self._registration(), config.broker_session_timeout_ms,
                                      config.broker_heartbeat_interval_ms, self.view.apply_put)
-        self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock)
+        self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock,
+                                     env.random)
         self.isr = IsrUpdater(self.store, self.view, self.replicas, self.clock, config.replica_lag_time_max_ms)
         self.cross_az = CrossAzBytes(self.metrics.cross_az_bytes, self.view, config.az)
-        self.rpc_pool: RpcClientPool[PeerRequest, PeerResponse] = RpcClientPool(
-            PeerRequest, PeerResponse, on_bytes=self.cross_az.rpc_bytes)
-        self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = RpcClientPool(
-            PeerRequest, PeerResponse, on_bytes=self.cross_az.replication_bytes)
+        self.rpc_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(self.cross_az.rpc_bytes)
+        self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(
+            self.cross_az.replication_bytes)
         self.view.on_brokers_changed(self._forget_departed_peers)
         self.fetcher = ReplicaFetcher(config, self.view, self.replication_pool, self.metrics, self.cross_az)
         self.replicas.on_role_changed(self.fetcher.on_role_changed)
@@ -82,9 +93,7 @@ class Broker:
                         if p.leader is not None and len(p.isr) < len(p.replicas)))
         self.producer_ids = ProducerIdAllocator(self.store)
         self.groups = GroupCoordinator(self)
-        self.objects: ObjectStore = open_object_store(
-            config.object_store_url, max_concurrency=config.object_store_max_concurrency,
-            on_request=self.metrics.observe_object_request)
+        self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(config.cache_max_bytes,
                                  on_hit=lambda n: self.metrics.cache_requests.labels("hit").inc(),
                                  on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc())
@@ -93,8 +102,6 @@ class Broker:
         self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
         self.peers = PeerService(self.replica_service, self.committer, self.read_service,
                                  lambda message: answer_forwarded(self, message))
-        self.rpc_server: RpcServer[PeerRequest, PeerResponse] = RpcServer(self.peers.handle, PeerRequest,
-                                                                          PeerResponse)
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
         self.server = KafkaServer(self)
@@ -108,15 +115,14 @@ class Broker:
     def node_id(self) -> int:
         return self.config.node_id
 
-    async def start(self) -> None:
+    async def start(self, serve_clients: bool = True) -> None:
+        """`serve_clients` False: no Kafka listener (a simulation connects to `server` itself)."""
         if self.config.metrics_listen:
             host, port = _split(self.config.metrics_listen)
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
         self._start_diskless()
-        if self.config.rpc_listen:
-            host, port = _split(self.config.rpc_listen)
-            await self.rpc_server.start(host, port)
+        await self.env.peers.serve(self.peers.handle)
         await self.view.start()
         await self.membership.start()
         self.replicas.start()
@@ -124,8 +130,9 @@ class Broker:
         self.controller.start()
         self.isr.start()
         await self.groups.start()
-        host, port = _split(self.config.listen)
-        await self.server.start(host, port)
+        if serve_clients:
+            host, port = _split(self.config.listen)
+            await self.server.start(host, port)
         self.ready = True
         log.info("broker %d serving Kafka on %s (advertised %s:%d), cluster %s, %d partitions",
                  self.node_id, self.config.listen, *self.config.advertised, self.cluster_id,
@@ -144,7 +151,7 @@ class Broker:
         await self.membership.stop()  # followers and the controller learn of it now
         await self.isr.stop()
         await self.fetcher.stop()
-        await self.rpc_server.stop()
+        await self.env.peers.stop()
         await self.rpc_pool.close()
         await self.replication_pool.close()
         await self.view.stop()
@@ -165,7 +172,7 @@ class Broker:
         """Rack-aware replicas for new partitions over the live brokers that store data."""
         brokers = [(b.node_id, b.az) for b in self.view.brokers.values() if not b.stateless]
         return assign_replicas(list(partitions), replication_factor, brokers,
-                               start=random.randrange(max(len(brokers), 1)))
+                               start=self.env.random.randrange(max(len(brokers), 1)))
 
     def _forget_departed_peers(self) -> None:
         live = self.view.live_ids()
@@ -186,20 +193,26 @@ class Broker:
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)
 
     async def _cluster_id(self) -> str:
-        current = await self.store.get(records.CLUSTER_KEY)
-        if current is not None:
-            return records.decode(current.value, records.ClusterRecord).cluster_id
-        cluster_id = _kafka_style_id()
-        await self.store.put(records.CLUSTER_KEY,
-                             records.encode(records.ClusterRecord(records.RECORD_VERSION, cluster_id)),
-                             expected_revision=0)
-        return cluster_id
+        """The cluster's id: read it, or create it as the first broker. Brokers of a new
+        cluster start together, so the create is a compare-and-set and the loser (or a
+        broker whose create had an unknown outcome) reads the winner's id."""
+        while True:
+            current = await self.store.get(records.CLUSTER_KEY)
+            if current is not None:
+                return records.decode(current.value, records.ClusterRecord).cluster_id
+            cluster_id = _kafka_style_id(self.env.new_uuid())
+            try:
+                await self.store.put(records.CLUSTER_KEY,
+                                     records.encode(records.ClusterRecord(records.RECORD_VERSION, cluster_id)),
+                                     expected_revision=0)
+                return cluster_id
+            except (RevisionConflict, MetadataUnavailable) as exc:
+                log.info("cluster id not created (%s): reading it again", exc)
 
 
-def _kafka_style_id() -> str:
+def _kafka_style_id(value: uuid.UUID) -> str:
     """Kafka cluster ids are 22-char URL-safe base64 UUIDs."""
-    import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
 
 
 def _split(address: str) -> tuple[str, int]:

@@ -29,8 +29,9 @@ PartitionKey = tuple[str, int]
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, catalog: TopicCatalog, view: ClusterView, clock: Clock,
-                 metrics: BrokerMetrics, waiters: FetchWaiters) -> None:
+                 metrics: BrokerMetrics, waiters: FetchWaiters, new_uuid: Callable[[], uuid.UUID] = uuid.uuid4) -> None:
         self._config = config
+        self._new_uuid = new_uuid
         self._catalog = catalog
         self._view = view
         self._role_listeners: list[Callable[[Partition], None]] = []
@@ -138,7 +139,7 @@ class ReplicaManager:
             for listener in self._role_listeners:
                 listener(partition)
             partition.log.close()
-            tombstone = partition.directory.with_name(f"{partition.directory.name}.{uuid.uuid4().hex}-delete")
+            tombstone = partition.directory.with_name(f"{partition.directory.name}.{self._new_uuid().hex}-delete")
             partition.directory.rename(tombstone)
             doomed.append(tombstone)
             self.waiters.notify(key)

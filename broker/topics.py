@@ -61,6 +61,7 @@ class TopicCatalog:
     _listeners: list[Listener] = field(default_factory=list)
     # the cluster view applies partition states this broker wrote before their watch events
     on_states_written: Callable[[list[KeyValue]], Awaitable[None]] | None = None
+    new_uuid: Callable[[], uuid.UUID] = uuid.uuid4  # topic ids (the broker's Environment.new_uuid)
 
     async def load(self) -> None:
         for kv in await self.store.list(records.TOPIC_PREFIX):
@@ -92,7 +93,7 @@ class TopicCatalog:
         settings = effective(overrides, self.broker)
         # The mode is fixed at creation: a later change of diskless.default must not flip it.
         overrides[DISKLESS_ENABLE] = "true" if settings.diskless else "false"
-        return Topic(name, uuid.uuid4(), partitions, overrides, settings)
+        return Topic(name, self.new_uuid(), partitions, overrides, settings)
 
     async def create(self, topic: Topic, assignment: Assignment) -> Topic:
         """Write the partition states, then the topic record (create-if-absent): a topic is

@@ -12,14 +12,16 @@ from typing import Hashable, Iterable
 
 class FetchWaiters:
     def __init__(self) -> None:
-        self._waiting: dict[Hashable, set[asyncio.Future[None]]] = defaultdict(set)
+        # per key, the waiting futures in arrival order (a dict, not a set: woken first come,
+        # first served, the same way in every run)
+        self._waiting: dict[Hashable, dict[asyncio.Future[None], None]] = defaultdict(dict)
 
     async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> None:
         """Return when any of `keys` is notified or after `timeout_s`."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         keys = list(keys)
         for key in keys:
-            self._waiting[key].add(future)
+            self._waiting[key][future] = None
         try:
             # asyncio.wait never cancels `future` nor swallows our own cancellation (wait_for can, on 3.11)
             await asyncio.wait((future,), timeout=timeout_s)
@@ -27,7 +29,7 @@ class FetchWaiters:
             for key in keys:
                 waiters = self._waiting.get(key)
                 if waiters is not None:
-                    waiters.discard(future)
+                    waiters.pop(future, None)
                     if not waiters:
                         del self._waiting[key]
 

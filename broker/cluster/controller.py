@@ -36,8 +36,10 @@ log = logging.getLogger(__name__)
 
 class Controller:
     def __init__(self, store: "MetadataStore", view: "ClusterView", catalog: "TopicCatalog",
-                 membership: "Membership", config: "BrokerConfig", clock: "Clock") -> None:
+                 membership: "Membership", config: "BrokerConfig", clock: "Clock",
+                 rng: random.Random) -> None:
         self._store = store
+        self._random = rng
         self._view = view
         self._catalog = catalog
         self._membership = membership
@@ -143,7 +145,7 @@ class Controller:
             if not missing:
                 continue
             factor = min(len(brokers), 1 if not topic.internal else self._config.offsets_topic_replication_factor)
-            assignment = assign_replicas(missing, factor, brokers, start=random.randrange(len(brokers)))
+            assignment = assign_replicas(missing, factor, brokers, start=self._random.randrange(len(brokers)))
             for index, replicas in assignment.items():
                 record = records.PartitionStateRecord(records.RECORD_VERSION, replicas, replicas[0], 0, replicas)
                 await self._write((str(topic.topic_id), index), record, 0)

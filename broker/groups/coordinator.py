@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -70,7 +69,8 @@ class GroupCoordinator:
         self._waiting: dict[Pending, asyncio.Future[Any]] = {}
         self._stats: dict[int, _PartitionStats] = {}
         self._timer_waker: asyncio.Future[None] | None = None
-        self._last_join_at: dict[str, float] = {}  # monotonic seconds of each group's latest JoinGroup
+        self._last_join_at: dict[str, int] = {}  # monotonic ms of each group's latest JoinGroup
+        self._new_uuid = lambda: str(broker.env.new_uuid())  # member ids
         self._metrics = broker.metrics
         self._tasks: list[asyncio.Task[None]] = []
         self._led: set[int] = set()  # __consumer_offsets partitions this broker leads and has loaded
@@ -126,8 +126,8 @@ class GroupCoordinator:
         self._require_membership_group(group_id)
         group = self._groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = ClassicGroup(group_id, self._group_config, now_ms=self._now())
-        self._last_join_at[group_id] = time.monotonic()
+            group = self._groups[group_id] = self._new_group(group_id)
+        self._last_join_at[group_id] = self._broker.clock.monotonic_ms()
         return await self._call(group, lambda: group.join(self._now(), **kwargs))
 
     async def sync(self, group_id: str, **kwargs: Any) -> SyncResult:
@@ -164,7 +164,7 @@ class GroupCoordinator:
             if generation_id >= 0:
                 code = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
                 return [code] * len(offsets)
-            group = self._groups[group_id] = ClassicGroup(group_id, self._group_config, now_ms=self._now())
+            group = self._groups[group_id] = self._new_group(group_id)
         error = await self._call(group, lambda: group.validate_offset_commit(
             self._now(), member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id))
         if error != ErrorCode.NONE:
@@ -278,7 +278,8 @@ class GroupCoordinator:
                 future.set_result(answer)
         if rebalanced and group.group_id in self._last_join_at:
             self._metrics.group_rebalances.inc()
-            self._metrics.group_rebalance_seconds.observe(time.monotonic() - self._last_join_at[group.group_id])
+            self._metrics.group_rebalance_seconds.observe(
+                (self._broker.clock.monotonic_ms() - self._last_join_at[group.group_id]) / 1000)
         if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
             self._last_join_at.pop(group.group_id, None)
@@ -413,7 +414,8 @@ class GroupCoordinator:
         now = self._now()
         for group_id, value in snapshots.items():
             if value is not None:
-                self._groups[group_id] = ClassicGroup.from_snapshot(decode_snapshot(value), self._group_config, now)
+                self._groups[group_id] = ClassicGroup.from_snapshot(decode_snapshot(value), self._group_config, now,
+                                                                    new_uuid=self._new_uuid)
         self._stats[index] = stats
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -539,6 +541,9 @@ class GroupCoordinator:
 
     def _now(self) -> int:
         return self._broker.clock.now_ms()
+
+    def _new_group(self, group_id: str) -> ClassicGroup:
+        return ClassicGroup(group_id, self._group_config, new_uuid=self._new_uuid, now_ms=self._now())
 
 
 def _truncate_before(partition: "Partition", offset: int) -> None:

@@ -140,6 +140,13 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         if self.max_steps is not None and self.steps > self.max_steps:
             raise SimStepLimit(f"step limit of {self.max_steps} loop iterations reached at virtual "
                                f"{self.time():.6f} s (a busy loop?); {self._pending_summary()}")
+        if not self._ready and self._scheduled:  # type: ignore[attr-defined]
+            # asyncio runs timers due within the clock's resolution without waiting; real time
+            # then moves on, but virtual time would not, and a caller that loops until its
+            # deadline (remaining > 0: wait a sub-nanosecond) would spin forever. Move to it.
+            first = self._scheduled[0]  # type: ignore[attr-defined]
+            if first._when >= self.time():  # (a deadline one float ulp away rounds to now: +1 ns)
+                self._advance_to(max(first._when, (self.now_ns + 1) / NS_PER_S))
         super()._run_once()  # type: ignore[misc]  # asyncio's private loop iteration
 
     # -- nodes: a killed incarnation never runs again ------------------------------------------

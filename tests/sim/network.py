@@ -400,6 +400,11 @@ class SimRpcPool(Generic[Req, Resp]):
         for client in clients:
             await client.close()
 
+    def retain(self, node_ids: set[int]) -> None:
+        """Forget the clients of nodes not in `node_ids` (RpcClientPool.retain)."""
+        for node_id in [n for n in self._clients if n not in node_ids]:
+            self._clients.pop(node_id).lose_connection("peer left the cluster")
+
     def lose_all(self, reason: str, *, server_notices: bool = True) -> None:
         for client in self._clients.values():
             client.lose_connection(reason, server_notices=server_notices)

@@ -2,3 +2,4 @@
 `tests.sim.registry.scenario`; list a new module here so the registry loads it."""
 
 from . import diskless_write  # noqa: F401
+from . import cluster  # noqa: F401
