@@ -16,6 +16,7 @@ from .cluster.membership import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
 from .config import BrokerConfig
+from .datadir import DataDir
 from .diskless.cache import ObjectCache
 from .diskless.commit import LocalCommitter
 from .diskless.reader import WalReader
@@ -50,6 +51,9 @@ class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         load_all()
         self.config = config
+        # First, before anything reads or writes the data dir: lock it (a second broker on it
+        # stops here) and check that it is this node's.
+        self.data_dir = None if config.stateless else DataDir.open(config.data_path, config.node_id)
         self.clock: Clock = clock or SystemClock()
         self.metrics = BrokerMetrics()
         self.store: MetadataStore = open_store(config)
@@ -111,6 +115,8 @@ class Broker:
             host, port = _split(self.config.metrics_listen)
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
+        if self.data_dir is not None:
+            self.data_dir.check_cluster(self.cluster_id, self._metadata_name())
         self._start_diskless()
         if self.config.rpc_listen:
             host, port = _split(self.config.rpc_listen)
@@ -150,7 +156,15 @@ class Broker:
         await self.objects.close()
         await self.store.close()
         await self.metrics_server.stop()
+        if self.data_dir is not None:
+            self.data_dir.close()
         log.info("broker %d stopped cleanly", self.node_id)
+
+    def _metadata_name(self) -> str:
+        """The metadata store, as an operator finds it."""
+        if self.config.metadata == "local:":
+            return f"local: {self.config.data_path / 'metadata' / 'store.json'}"
+        return self.config.metadata
 
     def _registration(self) -> records.BrokerRecord:
         host, port = self.config.advertised
@@ -182,6 +196,8 @@ class Broker:
         current = await self.store.get(records.CLUSTER_KEY)
         if current is not None:
             return records.decode(current.value, records.ClusterRecord).cluster_id
+        if self.data_dir is not None:
+            self.data_dir.refuse_new_cluster(self._metadata_name())
         cluster_id = _kafka_style_id()
         await self.store.put(records.CLUSTER_KEY,
                              records.encode(records.ClusterRecord(records.RECORD_VERSION, cluster_id)),
