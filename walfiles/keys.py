@@ -14,8 +14,9 @@ WAL objects (DESIGN "Formats")::
   "everything created before T" (`wal_list_start_after`) without reading any object. 13 digits
   last until the year 2286.
 - ``node_id``: the writing broker's node id (a non-negative Kafka int32, 10 digits). Node ids
-  are unique among live brokers, so two brokers do not produce the same key, with no
-  coordination; it also tells an operator who wrote an object.
+  are unique among live brokers (a broker does not start while another process holds its
+  node id's registration), so two brokers do not produce the same key, with no coordination;
+  it also tells an operator who wrote an object.
 - ``sequence``: a per-process counter of the writer (`WalKeyAllocator`), 10 digits, wrapping at
   10**10, starting at a random value in each process. Together with ``created_ms`` it separates
   objects the same broker creates within one millisecond, and the random start keeps apart
