@@ -3,10 +3,11 @@
 `identity.json` says whose data this is: `{"version": 1, "node_id": N, "cluster_id": "..."}`
 (msgspec JSON, docs/formats.md). It is written atomically on a broker's first start, once the
 cluster id is known, and also into a data dir that has none (a data dir from before this
-file existed); on every later start a configured `node.id`, or a metadata store whose cluster
-id, differs from it stops the broker (exit 2) before it touches the data. Two brokers with
-one node id would overwrite each other's registration and WAL object keys; a data dir moved
-to another node id or cluster would serve partitions that are not its own.
+file existed); on every later start a configured `node.id` that differs from it stops the
+broker (exit 2) before it opens anything, and a metadata store of another cluster (or of no
+cluster yet) before it opens any partition. Two brokers with one node id would overwrite
+each other's registration and WAL object keys; a data dir moved to another node id or
+cluster would serve partitions that are not its own.
 
 `.lock` is held (`flock`, exclusive) for the broker process's lifetime, so a second broker on
 the same data dir stops (exit 2) before it opens anything. The lock file holds the holder's
