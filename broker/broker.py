@@ -20,6 +20,7 @@ from .cluster.membership import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
 from .config import BrokerConfig
+from .datadir import DataDir
 from .diskless.cache import ObjectCache
 from .diskless.commit import LocalCommitter
 from .diskless.reader import WalReader
@@ -46,7 +47,7 @@ from .rpc import RpcClientPool
 from .server import KafkaServer
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
-from walfiles.keys import WalKeyAllocator, wal_prefix
+from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None, env: Environment | None = None) -> None:
         load_all()
         self.config = config
+        # First, before anything reads or writes the data dir: lock it (a second broker on it
+        # stops here) and check that it is this node's.
+        self.data_dir = None if config.stateless else DataDir.open(config.data_path, config.node_id)
         self.metrics = BrokerMetrics()
         if env is None:
             env = Environment.for_process(config, on_object_request=self.metrics.observe_object_request)
@@ -121,6 +125,8 @@ class Broker:
             host, port = _split(self.config.metrics_listen)
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
+        if self.data_dir is not None:
+            self.data_dir.check_cluster(self.cluster_id, self._metadata_name())
         self._start_diskless()
         await self.env.peers.serve(self.peers.handle)
         await self.view.start()
@@ -159,7 +165,15 @@ class Broker:
         await self.objects.close()
         await self.store.close()
         await self.metrics_server.stop()
+        if self.data_dir is not None:
+            self.data_dir.close()
         log.info("broker %d stopped cleanly", self.node_id)
+
+    def _metadata_name(self) -> str:
+        """The metadata store, as an operator finds it."""
+        if self.config.metadata == "local:":
+            return f"local: {self.config.data_path / 'metadata' / 'store.json'}"
+        return self.config.metadata
 
     def _registration(self) -> records.BrokerRecord:
         host, port = self.config.advertised
@@ -185,7 +199,8 @@ class Broker:
 
     def _start_diskless(self) -> None:
         config = self.config
-        keys = WalKeyAllocator("", self.cluster_id, self.node_id, self.clock.now_ms)
+        keys = WalKeyAllocator("", self.cluster_id, self.node_id, self.clock.now_ms,
+                               first_sequence=self.env.random.randrange(SEQUENCE_MODULUS))
         self.wal = WalWriter(self.objects, keys, self.commit_router, self.cache, self.metrics,
                              buffer_max_bytes=config.wal_buffer_max_bytes, linger_ms=config.wal_linger_ms,
                              max_inflight_bytes=config.wal_max_inflight_bytes)
@@ -200,6 +215,8 @@ class Broker:
             current = await self.store.get(records.CLUSTER_KEY)
             if current is not None:
                 return records.decode(current.value, records.ClusterRecord).cluster_id
+            if self.data_dir is not None:
+                self.data_dir.refuse_new_cluster(self._metadata_name())
             cluster_id = _kafka_style_id(self.env.new_uuid())
             try:
                 await self.store.put(records.CLUSTER_KEY,

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import sys
 
-from .config import ConfigError, load_config
+from .config import ConfigError, StartRefused, load_config
 
 _FLAG_KEYS = {
     "node_id": "node.id", "az": "az", "listen": "listen", "advertise": "advertise",
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = asyncio.run
     try:
         runner(run(config))
-    except ConfigError as exc:
+    except (ConfigError, StartRefused) as exc:
         print(f"shoal: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

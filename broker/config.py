@@ -28,6 +28,12 @@ class ConfigError(ValueError):
     """Configuration that the broker refuses to start with; the message names the key."""
 
 
+class StartRefused(Exception):
+    """Starting would harm another broker or data that is not this broker's (a data dir of
+    another node or cluster or in use, a node id registered by a live broker). Like a
+    ConfigError, the broker exits with status 2 and the message, which names the fix."""
+
+
 def _dotted(name: str) -> str:
     return name.replace("_", ".")
 

@@ -94,6 +94,9 @@ class BrokerMetrics:
             "(bounded by wal.max.inflight.bytes).", registry=r)
         self.wal_backpressure_waits = Counter(
             "shoal_wal_backpressure_waits", "Produce requests that waited for wal.max.inflight.bytes.", registry=r)
+        self.wal_key_collisions = Counter(
+            "shoal_wal_key_collisions", "WAL object keys found holding another object at upload (never overwritten; "
+            "the object is uploaded under a fresh key).", registry=r)
         self.cache_requests = Counter("shoal_cache_requests", "Object cache lookups, by result (hit, miss).",
                                       ["result"], registry=r)
         self.cache_bytes = Gauge("shoal_cache_bytes", "Bytes held by the object cache.", registry=r)

@@ -14,11 +14,16 @@ WAL objects (DESIGN "Formats")::
   "everything created before T" (`wal_list_start_after`) without reading any object. 13 digits
   last until the year 2286.
 - ``node_id``: the writing broker's node id (a non-negative Kafka int32, 10 digits). Node ids
-  are unique among live brokers, so two brokers can never produce the same key, with no
-  coordination and no randomness; it also tells an operator who wrote an object.
+  are unique among live brokers (a broker does not start while another process holds its
+  node id's registration), so two brokers do not produce the same key, with no coordination;
+  it also tells an operator who wrote an object.
 - ``sequence``: a per-process counter of the writer (`WalKeyAllocator`), 10 digits, wrapping at
-  10**10. Together with ``created_ms`` it separates objects the same broker creates within one
-  millisecond and across restarts (a restarted broker's clock has moved on).
+  10**10, starting at a random value in each process. Together with ``created_ms`` it separates
+  objects the same broker creates within one millisecond, and the random start keeps apart
+  the keys of two processes that share a node id and a millisecond (a duplicate node id, or a
+  restart after the clock stepped back): colliding would take the same millisecond and the
+  same counter value out of 10**10. Uploads are conditional anyway (the WAL writer never
+  overwrites an object; it takes a fresh key), so uniqueness is not a safety assumption.
 
 Why fixed-width decimal fields rather than a ULID: the creation time, the writer and the order
 are readable in a plain `ls`, the format is trivially parsed without a base32 codec, and the
@@ -248,11 +253,14 @@ class WalKeyAllocator:
     `created_ms` is the injected wall clock, but never goes backwards within the process (a
     clock step back reuses the last value), so keys from one writer are strictly increasing.
     The sequence increments per key and wraps at 10**10: a repeat would need 10**10 objects
-    within one millisecond. Uniqueness across brokers comes from the node id.
+    within one millisecond. Uniqueness across brokers comes from the node id; between two
+    processes with one node id (a duplicate, or a restart after the clock stepped back) from
+    the sequence's start, which the broker draws at random (its Environment's source).
     """
 
     def __init__(
-        self, prefix: str, cluster_id: str, node_id: int, now_ms: Callable[[], int], first_sequence: int = 0,
+        self, prefix: str, cluster_id: str, node_id: int, now_ms: Callable[[], int],
+        first_sequence: int,
     ) -> None:
         self._prefix = _check_prefix(prefix)
         self._cluster_id = _check_cluster_id(cluster_id)

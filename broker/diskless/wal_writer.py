@@ -48,6 +48,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Keys tried for one object when each already holds another object (`_upload`). One collision
+# is already unexpected (keys carry the node id and a per-process random sequence start).
+WAL_KEY_ATTEMPTS = 3
+
+
+class WalKeyCollision(Exception):
+    """Every key tried for one WAL object already held another object."""
+
 
 @dataclass(slots=True)
 class PartitionAppend:
@@ -186,7 +194,7 @@ class WalWriter:
             metrics.wal_object_bytes.observe(len(data))
             started = time.perf_counter()
             try:
-                await self._store.put(key.format(), data)
+                key = await self._upload(key, data)
             except Exception as exc:  # ObjectStoreError after retries, or anything unexpected
                 log.warning("WAL object %s (%d bytes, %d partitions) failed to upload: %s",
                             key.object_id, len(data), len(obj.slots), exc)
@@ -218,6 +226,26 @@ class WalWriter:
         await asyncio.gather(*(outcome.applied for outcome in pending))
         metrics.wal_commit_seconds.observe(time.perf_counter() - started)
         metrics.wal_objects.labels("committed").inc()
+
+    async def _upload(self, key: WalKey, data: bytes) -> WalKey:
+        """PUT the object under a key no other object holds and return that key. The PUT is
+        conditional, never an overwrite: another process with this node id, or this node
+        before its clock stepped back, may have written the same key and committed batches in
+        it. A taken key is replaced by a fresh one from the allocator, up to WAL_KEY_ATTEMPTS
+        keys; then WalKeyCollision (the object fails like any upload failure)."""
+        for attempt in range(1, WAL_KEY_ATTEMPTS + 1):
+            if await self._store.put_if_absent(key.format(), data):
+                return key
+            self._metrics.wal_key_collisions.inc()
+            if attempt == WAL_KEY_ATTEMPTS:
+                raise WalKeyCollision(f"{WAL_KEY_ATTEMPTS} keys in a row, the last {key.format()}, already held "
+                                      "other objects (none was overwritten)")
+            fresh = self._keys.next()
+            log.warning("WAL object key %s already holds another object (another broker process with node "
+                        "id %d, or a clock stepped back?): not overwritten, uploading as %s instead",
+                        key.format(), key.node_id, fresh.format())
+            key = fresh
+        raise AssertionError("unreachable")
 
     def _fail(self, obj: _OpenObject, error: ApiError) -> None:
         """Nothing of the object was committed: answer every slot, free its bytes."""

@@ -96,6 +96,10 @@ def delta(before, after, name: str, **labels) -> float:
     return metric(after, name, **labels) - metric(before, name, **labels)
 
 
+# WAL objects are uploaded with a conditional PUT (the writer never overwrites a key).
+UPLOAD = "put_if_absent"
+
+
 def store_requests(snapshot, operation: str, outcome: str) -> float:
     """Object store request attempts of one operation (put, get, ...) with one outcome
     (ok, retry, error, ...)."""
@@ -368,7 +372,7 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
     total = check_runs(bs, topics, runs)
     assert total == sum(r.sent for r in runs)
 
-    puts = store_requests(after, "put", "ok") - store_requests(before, "put", "ok")
+    puts = store_requests(after, UPLOAD, "ok") - store_requests(before, UPLOAD, "ok")
     seals = delta(before, after, "shoal_wal_seals_total")
     linger_seals = delta(before, after, "shoal_wal_seals_total", reason="linger")
     forced_seals = seals - linger_seals                       # size or backpressure
@@ -378,7 +382,7 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
     summary = (f"{total} records in {batches} batches, {produce_requests:.0f} produce requests, "
                f"{puts:.0f} PUTs, seals {linger_seals:.0f} linger + {forced_seals:.0f} forced in {elapsed:.1f}s")
     print(summary)
-    assert store_requests(after, "put", "retry") - store_requests(before, "put", "retry") == 0, summary
+    assert store_requests(after, UPLOAD, "retry") - store_requests(before, UPLOAD, "retry") == 0, summary
     assert puts <= seals and puts == committed, summary      # one PUT per sealed buffer
     assert linger_seals <= elapsed / (LINGER_MS / 1000) + 3, summary
     assert puts <= elapsed / (LINGER_MS / 1000) + forced_seals + 3, summary
@@ -406,7 +410,7 @@ def test_group_offsets_resume_on_diskless_topic(s3_broker, members):
     assert describe_topic_configs_kafka_python(bs, topic)["diskless.enable"] == "true"
     group = unique_topic("dl-grp-g")
     produced = produce(bs, topic, 90, partitions, tag="dl-1")
-    assert store_requests(scrape(broker), "put", "ok") > 0
+    assert store_requests(scrape(broker), UPLOAD, "ok") > 0
 
     first = members(client, bs, topic, group, commit=True, max_records=40, name="first")
     assert first.wait_exit(60) == 0, first.stderr_tail()
@@ -490,13 +494,13 @@ def test_diskless_enable_config(s3_broker):
     assert_same_records(recs, consume_confluent(bs, classic, 2, len(recs)))
     after = scrape(broker)
     assert delta(before, after, "shoal_produced_bytes_total") > 0
-    assert store_requests(after, "put", "ok") == store_requests(before, "put", "ok")
+    assert store_requests(after, UPLOAD, "ok") == store_requests(before, UPLOAD, "ok")
     assert delta(before, after, "shoal_wal_seals_total") == 0
     assert segment_bytes(broker, classic, 2) > sum(len(r.value or b"") for r in recs)  # bytes are local
 
     # ... while the diskless topic next to it does PUT (so the zero above means something).
     produce_kafka_python(bs, topic, make_records(50, partitions=2, tag="d"), acks="all")
-    assert store_requests(scrape(broker), "put", "ok") - store_requests(after, "put", "ok") > 0
+    assert store_requests(scrape(broker), UPLOAD, "ok") - store_requests(after, UPLOAD, "ok") > 0
 
 
 # -- d. kill -9 under load ---------------------------------------------------------------------
@@ -570,7 +574,7 @@ def test_produce_through_s3_faults(proxied_s3_broker):
     print(f"proxy: {stats}\nput retries {store_requests(after, 'put', 'retry'):.0f}, produce errors "
           f"{produce_errors(after)}, upload_failed {failed_objects:.0f}")
     assert stats["failed"].get("PUT", 0) > 0 and stats["lost"].get("PUT", 0) > 0, stats
-    assert store_requests(after, "put", "retry") > 0, "the broker never retried a PUT"
+    assert store_requests(after, UPLOAD, "retry") > 0, "the broker never retried a PUT"
 
     # Read it all again from S3 (a restarted broker has an empty object cache) with faulty GETs.
     broker.restart()
@@ -597,7 +601,7 @@ def _produce_through_window(broker, port: int, topics: list[str], start_window, 
     thread = threading.Thread(target=background, name="window-producers", daemon=True)
     thread.start()
     try:
-        wait_until(lambda: store_requests(scrape(broker), "put", "ok") >= 5, 30, what="first uploads")
+        wait_until(lambda: store_requests(scrape(broker), UPLOAD, "ok") >= 5, 30, what="first uploads")
         start_window()
         wait_until(window_until, 20, what="the fault to show in the broker's metrics")
         time.sleep(1.0)
@@ -630,7 +634,7 @@ def test_upload_failure_beyond_retries(proxied_s3_broker):
     print(f"proxy: {s3proxy_stats(port)}\nproduce errors {produce_errors(after)}, upload_failed "
           f"{metric(after, 'shoal_wal_objects_total', outcome='upload_failed'):.0f}")
     assert metric(after, "shoal_produce_errors_total", error="KAFKA_STORAGE_ERROR") > 0
-    assert store_requests(after, "put", "error") > 0
+    assert store_requests(after, UPLOAD, "error") > 0
     assert s3proxy_stats(port)["failed"].get("PUT", 0) > 0
 
 

@@ -152,14 +152,16 @@ class SimCluster:
                               peers=SimPeers(self.network, node_id))
             broker = Broker(config, env=env)
         started = spawn(node, broker.start(serve_clients=False), name=f"broker-{node_id}-start")
+        started.add_done_callback(_retrieve)  # a failed start is the supervisor's business (supervise)
         self.brokers[node_id] = SimBroker(node_id, az, node, broker, started)
         self.down.discard(node_id)
         self.sim.trace.record("cluster", "broker %d started (incarnation %d) in %s", node_id, node.incarnation, az)
         return self.brokers[node_id]
 
     def crash(self, node_id: int) -> None:
-        """kill -9."""
+        """kill -9 (the process's data-dir lock goes with it)."""
         crash(self.sim.loop, self.brokers[node_id].node, self.network)
+        self._release_lock(node_id)
         self.down.add(node_id)
         self.sim.trace.record("cluster", "broker %d killed", node_id)
 
@@ -174,7 +176,13 @@ class SimCluster:
                     self.sim.trace.record("cluster", "broker %d exited at start (%s): starting it again", node_id,
                                           started.exception())
                     crash(self.sim.loop, sim_broker.node, self.network)
+                    self._release_lock(node_id)
                     self.start(node_id)
+
+    def _release_lock(self, node_id: int) -> None:
+        data_dir = self.brokers[node_id].broker.data_dir
+        if data_dir is not None:
+            data_dir.close()
 
     def live(self) -> list[SimBroker]:
         return [b for i, b in sorted(self.brokers.items()) if i not in self.down and b.running]
@@ -191,6 +199,11 @@ class SimCluster:
             if hosted is not None and hosted.leader is not None:
                 return candidate.broker
         return None
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _host(node_id: int) -> str:

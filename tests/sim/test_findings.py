@@ -32,7 +32,7 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
             def __init__(self) -> None:
                 self.puts = 0
 
-            async def put(self, key: str, data: bytes) -> None:
+            async def put_if_absent(self, key: str, data: bytes) -> bool:
                 self.puts += 1
                 if self.puts == 1:
                     await asyncio.sleep(1.0)
@@ -40,9 +40,7 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
                     raise ObjectStoreUnavailable("503")
                 else:
                     await asyncio.sleep(0.01)
-
-            async def put_if_absent(self, key: str, data: bytes) -> bool:
-                raise NotImplementedError
+                return True
 
         committed: list[str] = []
 
@@ -52,7 +50,7 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
                 done = resolved(CommitResult(0, None, 0, -1, 0, 1, 0, True))
                 return [PendingCommit(done, done) for _ in request.partitions]
 
-        keys = WalKeyAllocator("", "c", 0, sim.clock.now_ms)
+        keys = WalKeyAllocator("", "c", 0, sim.clock.now_ms, first_sequence=0)
         writer = WalWriter(Store(), keys, Committer(), None, BrokerMetrics(), buffer_max_bytes=1, linger_ms=1000,
                            max_inflight_bytes=1 << 20)
         futures = []

@@ -37,6 +37,8 @@ async def stop_core(broker: Broker) -> None:
     await broker.view.stop()
     await broker.replicas.stop()
     await broker.store.close()
+    if broker.data_dir is not None:
+        broker.data_dir.close()
 
 
 async def commit(broker: Broker, group: str, topic: str, partition: int, offset: int, generation: int = -1,

@@ -28,7 +28,7 @@ from broker.protocol.errors import ErrorCode
 from broker.topic_config import effective
 from tests.unit.test_partition import CLOCK_START, batch, lead
 from walfiles.format import read_object
-from walfiles.keys import WalKeyAllocator, wal_prefix
+from walfiles.keys import WalKeyAllocator, format_wal_key, wal_prefix
 
 TOPIC_ID = uuid.UUID(int=42)
 CLUSTER = "test-cluster"
@@ -61,7 +61,8 @@ class Rig:
         self.store = store
         self.cache = ObjectCache(1 << 30)
         self.metrics = BrokerMetrics()
-        self.writer = WalWriter(store, WalKeyAllocator("", CLUSTER, 0, self.clock.now_ms), self.committer,
+        self.writer = WalWriter(store, WalKeyAllocator("", CLUSTER, 0, self.clock.now_ms, first_sequence=0),
+                                self.committer,
                                 self.cache, self.metrics,
                                 buffer_max_bytes=int(overrides.get("wal_buffer_max_bytes", 8 << 20)),
                                 linger_ms=int(overrides.get("wal_linger_ms", 20)),
@@ -118,9 +119,9 @@ def test_size_seal_and_commits_in_seal_order_even_when_uploads_finish_out_of_ord
         """Earlier PUTs take longer, so later objects finish uploading first."""
         delays = [0.15, 0.10, 0.05, 0.0]
 
-        async def put(self, key: str, data: bytes) -> None:
+        async def put_if_absent(self, key: str, data: bytes) -> bool:
             await asyncio.sleep(self.delays.pop(0) if self.delays else 0)
-            await super().put(key, data)
+            return await super().put_if_absent(key, data)
 
     async def scenario() -> None:
         store = SlowFirstStore()
@@ -139,11 +140,11 @@ def test_upload_failure_fails_every_batch_and_commits_nothing(tmp_path: Path) ->
     class FailingOnce(MemoryObjectStore):
         failed = False
 
-        async def put(self, key: str, data: bytes) -> None:
+        async def put_if_absent(self, key: str, data: bytes) -> bool:
             if not self.failed:
                 self.failed = True
                 raise ObjectStoreUnavailable("503 SlowDown, retries exhausted")
-            await super().put(key, data)
+            return await super().put_if_absent(key, data)
 
     async def scenario() -> None:
         store = FailingOnce()
@@ -159,15 +160,72 @@ def test_upload_failure_fails_every_batch_and_commits_nothing(tmp_path: Path) ->
     run(scenario())
 
 
+class NoOverwrites(MemoryObjectStore):
+    """Counts unconditional PUTs: the writer must never make one (it could replace an object
+    another process committed batches in)."""
+
+    overwrites = 0
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.overwrites += 1
+        await super().put(key, data)
+
+
+def test_a_key_holding_another_object_is_never_overwritten_and_the_batch_lands_under_a_new_key(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = NoOverwrites()
+        rig = Rig(tmp_path, store, partitions=1)
+        # Another process with this node id (or this node before its clock stepped back)
+        # already wrote the key the writer takes first, and committed batches in it.
+        taken = format_wal_key("", CLUSTER, CLOCK_START, 0, 0)
+        await MemoryObjectStore.put(store, taken, b"another process's WAL object")
+        b = batch(0, producer_id=11)
+        [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))
+        assert (result.error_code, result.base_offset) == (0, 0)
+        assert store.overwrites == 0
+        assert await store.get(taken) == b"another process's WAL object", "the other object is intact"
+        [ours] = [key for key in store.keys() if key != taken]
+        index, _data = read_object(await store.get(ours))
+        assert index.batch_count == 1
+        assert rig.partitions[0].log.log_end_offset == 2, "committed once"
+        assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:])]
+        assert rig.metrics.wal_key_collisions._value.get() == 1
+        assert rig.metrics.wal_objects.labels("committed")._value.get() == 1
+    run(scenario())
+
+
+def test_keys_that_stay_taken_fail_the_object_with_kafka_storage_error(tmp_path: Path) -> None:
+    class EveryKeyTaken(NoOverwrites):
+        async def put_if_absent(self, key: str, data: bytes) -> bool:
+            self.asked = getattr(self, "asked", 0) + 1
+            return False
+
+    from broker.diskless.wal_writer import WAL_KEY_ATTEMPTS
+
+    async def scenario() -> None:
+        store = EveryKeyTaken()
+        rig = Rig(tmp_path, store)
+        results = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=i)) for i in range(3)]))
+        assert {r.error_code for r in results} == {ErrorCode.KAFKA_STORAGE_ERROR}
+        assert store.overwrites == 0 and store.keys() == []
+        assert store.asked == WAL_KEY_ATTEMPTS, "a bounded number of fresh keys"
+        assert rig.metrics.wal_key_collisions._value.get() == WAL_KEY_ATTEMPTS
+        assert rig.metrics.wal_objects.labels("upload_failed")._value.get() == 1
+        assert all(p.log.log_end_offset == 0 for p in rig.partitions.values())
+        assert rig.writer.inflight_bytes == 0
+    run(scenario())
+
+
 def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(tmp_path: Path) -> None:
     class GatedStore(MemoryObjectStore):
         def __init__(self) -> None:
             super().__init__()
             self.gate = asyncio.Event()
 
-        async def put(self, key: str, data: bytes) -> None:
+        async def put_if_absent(self, key: str, data: bytes) -> bool:
             await self.gate.wait()
-            await super().put(key, data)
+            return await super().put_if_absent(key, data)
 
     async def scenario() -> None:
         store = GatedStore()
@@ -190,7 +248,7 @@ def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(
 def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore())
-        stale_key = WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - 60_001).next()
+        stale_key = WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - 60_001, first_sequence=0).next()
         append = rig.append(0, batch(0))
         from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
         part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches])
@@ -369,7 +427,7 @@ def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) 
             partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(2)},
             brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)})
         router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
-        writer = WalWriter(rig.store, WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms), router, None, rig.metrics,
+        writer = WalWriter(rig.store, WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0), router, None, rig.metrics,
                            buffer_max_bytes=8 << 20, linger_ms=5, max_inflight_bytes=64 << 20)
         healthy, slow = writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
         assert (await asyncio.wait_for(healthy, 5)).error_code == 0

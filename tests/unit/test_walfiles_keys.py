@@ -161,3 +161,22 @@ def test_wal_and_tiered_keys_do_not_parse_as_each_other() -> None:
         k.parse_tiered_segment_key(wal)
     with pytest.raises(ValueError):
         k.parse_wal_key(tiered)
+
+
+def test_allocators_of_two_processes_with_one_node_id_and_one_clock_do_not_share_keys() -> None:
+    """A duplicate node id, or a restart after the clock stepped back, gives two processes the
+    same node id and created_ms: the sequence starts at a random value in each process, so
+    their keys still differ (and the uploader's conditional put catches the rest)."""
+    import random
+    first, second = (k.WalKeyAllocator("p", "c", 7, lambda: 100, first_sequence=random.randrange(k.SEQUENCE_MODULUS))
+                     for _ in range(2))
+    a = {first.next().format() for _ in range(1000)}
+    b = {second.next().format() for _ in range(1000)}
+    assert not a & b
+    assert all(k.parse_wal_key(x).created_ms == 100 for x in a | b)
+
+
+def test_allocator_starts_at_the_given_sequence_and_refuses_one_out_of_range() -> None:
+    assert k.WalKeyAllocator("p", "c", 7, lambda: 100, first_sequence=5).next().sequence == 5
+    with pytest.raises(ValueError):
+        k.WalKeyAllocator("p", "c", 7, lambda: 100, first_sequence=k.SEQUENCE_MODULUS)

@@ -37,7 +37,7 @@ from broker.metrics import BrokerMetrics
 from broker.partition import Partition, prepare_diskless
 from broker.protocol.errors import RETRIABLE
 from broker.topic_config import TopicSettings, effective
-from walfiles.keys import WalKeyAllocator, wal_prefix
+from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 from ..objectstore import ObjectStoreFaults, build_object_store
 from ..registry import scenario
@@ -139,7 +139,7 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
     objects = build_object_store(sim.fork("objectstore"), sim.trace, clock, faults=WEATHERS[weather],
                                  max_attempts=max_attempts, request_timeout_s=request_timeout_s)
     one_batch = len(make_batch(1, 0, 2))
-    writer = WalWriter(objects.store, WalKeyAllocator("", CLUSTER, NODE_ID, clock.now_ms), committer,
+    writer = WalWriter(objects.store, WalKeyAllocator("", CLUSTER, NODE_ID, clock.now_ms, first_sequence=rng.randrange(SEQUENCE_MODULUS)), committer,
                        ObjectCache(1 << 20), BrokerMetrics(),
                        buffer_max_bytes=one_batch * rng.randint(1, 8), linger_ms=rng.randint(1, 50),
                        max_inflight_bytes=one_batch * rng.choice([2, 4, 16, 1 << 10]))
