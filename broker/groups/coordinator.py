@@ -75,6 +75,7 @@ class GroupCoordinator:
         self._tasks: list[asyncio.Task[None]] = []
         self._led: set[int] = set()  # __consumer_offsets partitions this broker leads and has loaded
         self._truncations: dict[int, asyncio.Task[None]] = {}  # partition -> log start move after compaction
+        self._loaded_to: dict[int, int] = {}  # partition -> its log end offset when this broker loaded it
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -196,7 +197,16 @@ class GroupCoordinator:
         """Committed offsets by topic and partition; None where nothing is committed.
         `wanted` None means every offset of the group."""
         self._require_coordinator(group_id)
-        self._expose(records.partition_for(group_id, self._num_partitions))
+        index = records.partition_for(group_id, self._num_partitions)
+        self._expose(index)
+        loaded_to = self._loaded_to.get(index, 0)
+        if self._partition(index).log.high_watermark < loaded_to:
+            # What this leader loaded is not all known to be replicated yet (its high
+            # watermark came back from a checkpoint, or its followers are away): an answer
+            # now could miss offsets its predecessor acknowledged, and a consumer would reset.
+            raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                           f"{records.OFFSETS_TOPIC}-{index} is replicated up to {self._partition(index).log.high_watermark}"
+                           f" of the {loaded_to} offsets loaded; retry")
         committed = self.offsets.committed
         if wanted is None:
             found: dict[str, dict[int, OffsetValue | None]] = {}
@@ -411,6 +421,7 @@ class GroupCoordinator:
                     snapshots[key.group] = value
             self.offsets.appended(index, entry.last_offset + 1, changes)
         self.offsets.replicated(index, partition.log.high_watermark)
+        self._loaded_to[index] = partition.log.log_end_offset
         now = self._now()
         for group_id, value in snapshots.items():
             if value is not None:

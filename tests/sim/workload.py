@@ -64,7 +64,7 @@ class Ledger:
     violations: list[str] = field(default_factory=list)
 
     def violation(self, text: str) -> None:
-        self.violations.append(text)
+        self.violations.append(f"at {asyncio.get_running_loop().time():.3f} s: {text}")
 
 
 class Metadata:

@@ -14,7 +14,7 @@ from broker.clock import ManualClock
 from broker.config import load_config
 from broker.groups.records import OFFSETS_TOPIC, partition_for
 from broker.metadata.records import PartitionStateRecord
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ApiError, ErrorCode
 
 START_MS = 1_800_000_000_000
 
@@ -212,6 +212,34 @@ def test_compaction_moves_the_log_start_only_after_the_reappend_is_replicated(tm
         for _ in range(3):
             await asyncio.sleep(0)
         assert log.log_start_offset > 0
+        assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 7
+        await stop_core(broker)
+    run(scenario())
+
+
+def test_offsets_loaded_above_the_high_watermark_are_not_answered_until_replicated(tmp_path: Path,
+                                                                                   clock: ManualClock) -> None:
+    """Found by the simulation (cluster seed 70): a coordinator that restarted (its high
+    watermark back from a stale checkpoint) while its followers were cut off answered
+    OffsetFetch without the offsets its previous incarnation had acknowledged, so consumers
+    would have reset. Until what it loaded is replicated it answers COORDINATOR_LOAD_IN_PROGRESS."""
+    async def scenario() -> None:
+        broker = await start_core(tmp_path, clock, **{"offsets.topic.num.partitions": "1",
+                                                       "offsets.commit.timeout.ms": "50"})
+        await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
+        assert await commit(broker, "g", "t", 0, 5) == [ErrorCode.NONE]
+        _lead_with_lagging_follower(broker)
+        await commit(broker, "g", "t", 0, 7)  # in the log, above the high watermark
+        partition = broker.replicas.get(OFFSETS_TOPIC, 0)
+        partition.make_follower(PartitionStateRecord(1, [0, 1], 1, partition.leader_epoch + 1, [0, 1]),
+                                partition.state_revision + 1)
+        broker.groups._on_role_changed(partition)
+        _lead_with_lagging_follower(broker)  # leader again: it loads the log, 7 included
+        broker.groups._on_role_changed(partition)
+        with pytest.raises(ApiError) as loading:
+            broker.groups.fetch_offsets("g", None)
+        assert loading.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        _follower_catches_up(broker, clock)
         assert broker.groups.fetch_offsets("g", None)["t"][0].offset == 7
         await stop_core(broker)
     run(scenario())
