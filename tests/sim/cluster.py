@@ -126,6 +126,8 @@ class SimCluster:
     network: SimNetwork
     brokers: dict[int, SimBroker] = field(default_factory=dict)
     down: set[int] = field(default_factory=set)  # crashed and not restarted
+    # client connections by broker: a killed process's sockets are reset by the kernel
+    client_connections: dict[int, list[Any]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, sim: Sim, *, azs: list[str], settings: dict[str, str] | None = None,
@@ -162,6 +164,7 @@ class SimCluster:
         """kill -9 (the process's data-dir lock goes with it)."""
         crash(self.sim.loop, self.brokers[node_id].node, self.network)
         self._release_lock(node_id)
+        self._reset_clients(node_id)
         self.down.add(node_id)
         self.sim.trace.record("cluster", "broker %d killed", node_id)
 
@@ -177,7 +180,12 @@ class SimCluster:
                                           started.exception())
                     crash(self.sim.loop, sim_broker.node, self.network)
                     self._release_lock(node_id)
+                    self._reset_clients(node_id)
                     self.start(node_id)
+
+    def _reset_clients(self, node_id: int) -> None:
+        for conn in self.client_connections.pop(node_id, []):
+            conn.reset("connection reset by peer (the broker process died)")
 
     def _release_lock(self, node_id: int) -> None:
         data_dir = self.brokers[node_id].broker.data_dir

@@ -60,7 +60,8 @@ class _Transport:
 
 
 class SimConnection:
-    def __init__(self, target: SimBroker, client_id: str, is_down: Callable[[], bool]) -> None:
+    def __init__(self, target: SimBroker, client_id: str, is_down: Callable[[], bool],
+                 registry: dict[int, list[Any]] | None = None) -> None:
         if is_down() or not target.running:
             raise ConnectionLost(f"broker {target.node_id} refused the connection")
         self.node_id = target.node_id
@@ -75,6 +76,10 @@ class SimConnection:
         with as_node(target.node):  # the listener's tasks are the broker's: a crash freezes them
             self._server_side = KafkaConnection(target.broker.server)
             self._server_side.connection_made(self._transport)  # type: ignore[arg-type]
+        if registry is not None:  # so that a crash of the broker resets this connection
+            connections = registry.setdefault(target.node_id, [])
+            connections[:] = [c for c in connections if not c.closed]
+            connections.append(self)
 
     def send(self, request: Any, version: int) -> asyncio.Future[Any]:
         """Write a request (pipelined: do not wait for earlier answers); its response future."""
@@ -104,6 +109,10 @@ class SimConnection:
         self._lost(reason)
         if not self._is_down():
             self._server_side.connection_lost(None)
+
+    def reset(self, reason: str) -> None:
+        """The broker's end is gone (its process died): fail everything in flight now."""
+        self._lost(reason)
 
     # -- transport side -------------------------------------------------------------------------
     def _flush(self) -> None:

@@ -85,7 +85,8 @@ class Metadata:
         local = [b for b in live if b.az == self._az] or live
         target = local[self._rng.randrange(len(local))]
         try:
-            conn = SimConnection(target, self._client_id, lambda: target.node_id in self._cluster.down)
+            conn = SimConnection(target, self._client_id, lambda: target.node_id in self._cluster.down,
+                                 self._cluster.client_connections)
             response = await conn.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                                           include_topic_authorized_operations=False), METADATA_V)
             conn.close()
@@ -112,7 +113,8 @@ class Connections:
             target = self._cluster.brokers.get(node_id)
             if target is None:
                 raise ConnectionLost(f"no broker {node_id}")
-            conn = SimConnection(target, self._client_id, lambda: node_id in self._cluster.down)
+            conn = SimConnection(target, self._client_id, lambda: node_id in self._cluster.down,
+                                 self._cluster.client_connections)
             self.opened += 1
             self._open[node_id] = conn
         return conn
@@ -248,7 +250,11 @@ async def consume(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
     consumed = ledger.consumed.setdefault(key, {})
     position = 0
     stale = True
+    loop = asyncio.get_running_loop()
+    refresh_at = 0.0  # clients also refresh on a timer (metadata.max.age.ms): they move to brokers that came back
     while not until():
+        if loop.time() >= refresh_at:
+            stale, refresh_at = True, loop.time() + rng.between((1.0, 5.0))
         if stale or key not in metadata.leaders:
             stale = not await metadata.refresh() or key not in metadata.leaders
             if stale:

@@ -73,6 +73,10 @@ async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) ->
             cluster.crash(victim)
             await asyncio.sleep(rng.between((0.5, 8.0)))
             cluster.start(victim)
+            if rng.chance(0.5):  # back, registered, serving clients, but cut off from the other brokers: it lags
+                cluster.network.partition(victim, [n for n in range(BROKERS) if n != victim])
+                await asyncio.sleep(rng.between((2.0, 12.0)))
+                cluster.network.heal()
         elif roll < 0.55:
             others = [n for n in range(BROKERS) if n != victim]
             cluster.network.partition(victim, others)
@@ -113,8 +117,8 @@ async def cluster(sim: Sim) -> dict[str, int]:
         clients = rng.fork("clients")
         tasks = [loop.create_task(produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s))
                  for i in range(2)]
-        tasks += [loop.create_task(consume(built, ledger, clients.fork(f"c{k}"), f"c{k[0]}{k[1]}", azs[0], k,
-                                           lambda: loop.time() > until_s)) for k in keys]
+        tasks += [loop.create_task(consume(built, ledger, clients.fork(f"c{k}"), f"c{k[0]}{k[1]}", azs[i % len(azs)], k,
+                                           lambda: loop.time() > until_s)) for i, k in enumerate(keys)]
         tasks.append(loop.create_task(commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders",
                                                      keys, until_s)))
         tasks.append(loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)))
