@@ -90,7 +90,7 @@ async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) ->
             cluster.objects.faulty.resume()
 
 
-@scenario("cluster", max_virtual_s=1200.0, max_steps=3_000_000, test_seeds=30)
+@scenario("cluster", max_virtual_s=1200.0, max_steps=3_000_000, test_seeds=24)
 async def cluster(sim: Sim) -> dict[str, int]:
     """3 brokers, classic and diskless topics, groups; crashes, partitions, store and disk faults."""
     rng = sim.fork("scenario")
@@ -113,7 +113,7 @@ async def cluster(sim: Sim) -> dict[str, int]:
     ledger = Ledger()
     loop = asyncio.get_running_loop()
     until_s = loop.time() + TRAFFIC_S
-    with failing_disks(rng.fork("disks"), weather.choice([0.0, 0.0, 0.002])):
+    with failing_disks(rng.fork("disks"), weather.choice([0.0, 0.003, 0.01])):
         clients = rng.fork("clients")
         tasks = [loop.create_task(produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s))
                  for i in range(2)]
