@@ -58,15 +58,16 @@ class Committer:
     that never subscribes (generation -1, as a standalone client commits). `acked[p]` is the
     offset of the last acknowledged commit that included partition p."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, after: Committer | None = None) -> None:
+        """`after`: go on where that (closed) committer stopped."""
         from confluent_kafka import Consumer
 
         self.topic = topic
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                                   "client.id": "issue11-committer"})
-        self.round = 0
-        self.acked: dict[int, int] = {}
-        self._late = [p for p, first in FIRST_ROUND.items() if first is None]
+        self.round = after.round if after else 0
+        self.acked: dict[int, int] = dict(after.acked) if after else {}
+        self._late = list(after._late) if after else [p for p, first in FIRST_ROUND.items() if first is None]
 
     def partitions_of_round(self, i: int) -> list[int]:
         chosen = [p for p, first in FIRST_ROUND.items()
@@ -104,17 +105,18 @@ def compactions(log_path) -> int:
     return log_path.read_bytes().count(COMPACTED)
 
 
-def commit_until_compaction(committer: Committer, log_path, *, then_stop: bool = True) -> int:
-    """Commit at least MIN_ROUNDS rounds and until every partition has been committed, then
+def commit_until_compaction(committer: Committer, log_path, *, then_stop: bool = True,
+                            at_least: int = MIN_ROUNDS) -> int:
+    """Commit at least `at_least` rounds and until every partition has been committed, then
     stop right after the first acknowledged commit that compacted (`then_stop`), or after one
     that did not. Returns the number of compactions seen during these rounds."""
     start = compactions(log_path)
     before = start
-    for _ in range(MAX_ROUNDS):
+    for done in range(1, MAX_ROUNDS + 1):
         committer.commit_round()
         now = compactions(log_path)
         compacted, before = now > before, now
-        if committer.round >= MIN_ROUNDS and committer.all_begun() and compacted == then_stop:
+        if done >= at_least and committer.all_begun() and compacted == then_stop:
             return now - start
     raise AssertionError(f"no stopping point within {MAX_ROUNDS} rounds ({before - start} compactions)")
 
@@ -134,10 +136,11 @@ def committed(bootstrap: str, group: str, topic: str, timeout_s: float = 10) -> 
     return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
 
 
-def try_committed(bootstrap: str, group: str, topic: str) -> dict[int, int] | None:
-    """`committed()`, or None while the group has no coordinator that answers."""
+def try_committed(bootstrap: str, group: str, topic: str) -> list[dict[int, int]] | None:
+    """[`committed()`] (a list, so that an empty answer still ends a wait), or None while the
+    group has no coordinator that answers."""
     try:
-        return committed(bootstrap, group, topic, timeout_s=5)
+        return [committed(bootstrap, group, topic, timeout_s=5)]
     except Exception:  # noqa: BLE001 - NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, timeouts while it moves
         return None
 
@@ -214,14 +217,15 @@ def test_offsets_past_compaction_survive_kill9_of_a_single_broker(broker_factory
     broker.start()
     assert committed(bs, group, topic) == committer.acked, "offsets after kill -9 right after a compaction"
 
-    # 2. Again from there, stopping right after a commit that did not compact.
-    committer2 = Committer(bs, group, topic)
-    committer2.round, committer2.acked, committer2._late = committer.round, dict(committer.acked), []
+    # 2. On from there, over the recovered log: at least one more compaction, then stop right
+    # after a commit that did not compact.
+    committer2 = Committer(bs, group, topic, after=committer)
     try:
-        commit_until_compaction(committer2, broker.log_path, then_stop=False)
+        seen = commit_until_compaction(committer2, broker.log_path, then_stop=False, at_least=2 * THRESHOLD)
         broker.kill()
     finally:
         committer2.close()
+    assert seen >= 1, "no compaction after the restart"
     broker.start()
     assert committed(bs, group, topic) == committer2.acked, "offsets after kill -9 between compactions"
     resume_in_group(bs, group, topic, committer2.acked)
@@ -260,8 +264,8 @@ def test_offsets_past_compaction_survive_kill9_of_the_coordinator(cluster: DevCl
     bootstrap = ",".join(cluster.broker(n).bootstrap for n in survivors)
     wait_until(lambda: find_coordinator(cluster.broker(survivors[0]).bootstrap, group) in survivors, 60,
                interval_s=0.25, what="a new coordinator")
-    answer = wait_until(lambda: try_committed(bootstrap, group, topic), 60, interval_s=0.25,
-                        what="OffsetFetch answered by the new coordinator")
+    [answer] = wait_until(lambda: try_committed(bootstrap, group, topic), 60, interval_s=0.25,
+                          what="OffsetFetch answered by the new coordinator")
     print(f"new coordinator {find_coordinator(cluster.broker(survivors[0]).bootstrap, group)} answered "
           f"{time.monotonic() - killed_at:.1f}s after the kill")
     assert answer == committer.acked, "the new coordinator lost or changed acknowledged offsets"

@@ -168,6 +168,18 @@ class TailingConsumer(threading.Thread):
         self.join(30)
 
 
+def log_ends(cluster: DevCluster) -> dict[int, int]:
+    """Each partition's high watermark, from ListOffsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "roll-ends", "client.id": "roll-ends"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=15, cached=False)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
+
+
 def settled(cluster: DevCluster, producers: list[PacedProducer], consumers: list[TailingConsumer],
             what: str) -> None:
     """Full ISR and preferred leaders for every partition, then PROGRESS more records
@@ -224,6 +236,7 @@ def test_rolling_restart_with_stateless_brokers_loses_and_resets_nothing(cluster
             assert not producer.errors, f"{producer.az}: {producer.errors[:3]}"
             assert producer.count() == producer.sent
         ends = {p: max(o for prod in producers for _s, o in prod.acked[p]) + 1 for p in range(PARTITIONS)}
+        assert log_ends(cluster) == ends, "the logs hold records beyond the last acknowledged ones"
         wait_until(lambda: all(c.reached(ends) for c in consumers), SETTLE_S, interval_s=0.2,
                    what="every consumer at the end of every partition")
         time.sleep(1.0)  # anything read twice would show up now
