@@ -32,6 +32,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -64,15 +65,18 @@ SETTINGS = {
 # referenced by the open buffer); and, while the PUTs hang, one copy of the sealed WAL objects
 # plus one in the HTTP client's unsent-body buffer. Plus a generous constant for the
 # interpreter, allocator slack and transient copies. Measured on a 2-core machine: baseline RSS
-# ~81 MiB, growth 115-120 MiB under this flood; the same flood with both request bounds raised
-# to 1 GiB grew the broker by ~740 MiB.
+# ~81 MiB, growth 114-134 MiB under this flood; the same flood with both request bounds raised
+# to 1 GiB grew the broker by ~740 MiB, and without acks=0 waiting for WAL admission by ~430 MiB.
 DERIVED_BOUND = (POOL + LARGE_FRAME) + (WAL_INFLIGHT + LARGE_FRAME) + 2 * WAL_INFLIGHT  # 96 MiB
-RSS_BOUND = DERIVED_BOUND + 64 * MiB                                                    # 160 MiB
+RSS_BOUND = DERIVED_BOUND + 96 * MiB                                                    # 192 MiB
 PARTITIONS = 8
 BATCH_VALUE = 1_000_000
 FLOOD_CONNECTIONS = 4
-FLOOD_BYTES = 64 * MiB           # per (a) connection: far more than the broker and the kernel hold
-LARGE_FRAMES = 12                # (b): 96 MiB
+# What each sender may send at most: far more than the broker and the kernel's socket buffers
+# can take (tcp_rmem allows up to 32 MiB per connection here), so a sender that stops short
+# of it was stopped by TCP. Unsent bytes cost nothing.
+FLOOD_BYTES = 128 * MiB          # per (a) connection
+LARGE_FRAMES = 24                # (b): 8 MiB frames, 192 MiB
 STALLED_S = 2.0                  # a sender that moved nothing for this long is blocked
 
 
@@ -90,7 +94,7 @@ def rss(pid: int) -> dict[str, int]:
 def gauges(broker) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    names = ("shoal_request_memory_bytes", "shoal_connections_paused", "shoal_wal_inflight_bytes")
+    names = ("shoal_request_memory_bytes", "shoal_connections_paused", "shoal_wal_inflight_bytes", "shoal_connections")
     return {line.split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
             if line.split(" ")[0] in names}
 
@@ -192,17 +196,33 @@ class Witness:
         return self.producer.flush(timeout_s)
 
 
-def test_floods_against_a_stalled_object_store_keep_memory_bounded(broker_factory, moto_server, tmp_path):
-    with running_s3proxy(moto_server.port, log_path=tmp_path / "s3proxy.log") as proxy_port:
-        proxy_pid = s3proxy_stats(proxy_port)["pid"]
+PAUSED_GAUGE_BUG = (
+    "broker bug: KafkaConnection.connection_lost (broker/server.py) does not undo a paused read, so a connection "
+    "that ends while the broker is not reading it stays counted in shoal_connections_paused forever")
+
+
+@pytest.fixture(scope="module")
+def stalling_broker(moto_server, tmp_path_factory):
+    """(broker, S3 proxy pid): one broker with the small bounds, its object store on moto behind
+    tests/s3proxy.py, shared by the tests of this module (each uses its own topics). The broker
+    stops before the proxy."""
+    from .conftest import _Factory
+
+    base = tmp_path_factory.mktemp("memory-bounds")
+    with running_s3proxy(moto_server.port, log_path=base / "s3proxy.log") as proxy_port:
         url = f"s3://{moto_server.bucket}/it-{uuid.uuid4().hex[:10]}?endpoint=http://127.0.0.1:{proxy_port}" \
               "&region=us-east-1"
-        broker = broker_factory(extra_args=["--object-store", url,
-                                            *(a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}"))])
+        factory = _Factory(base)
         try:
-            run_floods(broker, proxy_pid)
+            broker = factory(extra_args=["--object-store", url,
+                                         *(a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}"))])
+            yield broker, s3proxy_stats(proxy_port)["pid"]
         finally:
-            broker.stop()  # before the proxy goes
+            factory.close()
+
+
+def test_floods_against_a_stalled_object_store_keep_memory_bounded(stalling_broker):
+    run_floods(*stalling_broker)
 
 
 def run_floods(broker, proxy_pid: int) -> None:
@@ -262,7 +282,7 @@ def run_floods(broker, proxy_pid: int) -> None:
     assert last["shoal_connections_paused"] >= len(senders), last
     assert max_pool <= POOL + LARGE_FRAME + MiB, f"request memory {max_pool / MiB:.1f} MiB"
     assert growth < RSS_BOUND, f"RSS grew {growth / MiB:.0f} MiB, bound {RSS_BOUND / MiB:.0f} MiB"
-    assert growth < attempted / 2
+    assert RSS_BOUND < attempted / 3, "the bound must be well below what the flood needs unbounded"
 
     # The store answers again: what was acknowledged is there, the bounds are released, and
     # the broker serves new requests.
@@ -271,9 +291,9 @@ def run_floods(broker, proxy_pid: int) -> None:
     got = consume_confluent(bs, witness_topic, 2, 60, timeout_s=60)
     assert sorted(r.value for r in got) == sorted(witness.acked), "acknowledged witness records missing"
     assert {r.value: (r.partition, r.offset) for r in got} == witness.acked
-    wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] == 0
-               and gauges(broker)["shoal_connections_paused"] == 0, 60, interval_s=0.2,
-               what="request memory released and no connection paused")
+    # (that shoal_connections_paused also returns to 0: the test below, a known bug)
+    wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] == 0, 60, interval_s=0.2,
+               what="request memory released")
     after = produce_kafka_python(bs, flood_topic, [Rec(0, None, b"after-the-stall", (), int(time.time() * 1000))],
                                  acks="all")
     versions = api_versions(bs)
@@ -285,3 +305,57 @@ def run_floods(broker, proxy_pid: int) -> None:
     assert data.error_code == 0
     assert all(r.value in (b"warm", value) for r in decode_records(data.records))
     assert broker.running()
+
+
+def parked_fetch_frame(address: str, topic: str, max_wait_ms: int) -> bytes:
+    """A framed Fetch of partition 0 from offset 0 that parks up to `max_wait_ms` on an empty partition."""
+    from kafka.protocol.consumer import FetchRequest
+
+    v = pick_version(api_versions(address), FetchRequest, cap=12)
+    T = FetchRequest.FetchTopic
+    request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=MiB, isolation_level=0,
+                           session_id=0, session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
+                               partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                               partition_max_bytes=MiB)])], forgotten_topics_data=[], rack_id="")
+    request.with_header(correlation_id=1, client_id="issue11-leaver")
+    return bytes(request.encode(version=v, header=True, framed=True))
+
+
+@pytest.mark.xfail(strict=True, reason=PAUSED_GAUGE_BUG)
+def test_a_client_gone_while_paused_is_not_counted_as_paused(stalling_broker):
+    """The pool is full (stalled store, acks=0 floods); a client sends a Fetch that parks for 3 s
+    (the broker reads it, then stops reading that connection: no room) and resets its connection
+    before the answer. When the broker answers, the write fails and the connection ends: it
+    must no longer count in shoal_connections_paused."""
+    broker, proxy_pid = stalling_broker
+    bs = broker.bootstrap
+    flood_topic, empty = f"flood-{uuid.uuid4().hex[:6]}", f"empty-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, flood_topic, PARTITIONS)
+    create_topic(bs, empty, 1, configs={"diskless.enable": "false"})
+    frame = produce_frame(bs, flood_topic, [0], os.urandom(BATCH_VALUE))
+    fetch = parked_fetch_frame(bs, empty, 3000)
+    with stalled(proxy_pid):
+        senders = [Sender(bs, frame, FLOOD_BYTES, time.monotonic() + 60) for _ in range(FLOOD_CONNECTIONS)]
+        try:
+            for sender in senders:
+                sender.start()
+            wait_until(lambda: all(s.blocked() for s in senders), 60, interval_s=0.2, what="floods blocked")
+            wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] >= POOL, 30, interval_s=0.2,
+                       what="the request pool full")
+            before = gauges(broker)
+            leaver = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+            leaver.sendall(fetch)
+            wait_until(lambda: gauges(broker)["shoal_connections_paused"] == before["shoal_connections_paused"] + 1,
+                       30, interval_s=0.1, what="the new connection paused (the pool is full)")
+            leaver.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            leaver.close()  # RST: gone before the Fetch is answered
+            wait_until(lambda: gauges(broker)["shoal_connections"] == before["shoal_connections"], 30,
+                       interval_s=0.1, what="the broker noticing the connection is gone (when it answers)")
+            after = gauges(broker)
+        finally:
+            for sender in senders:
+                sender.finish()
+    wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] == 0, 60, interval_s=0.2,
+               what="request memory released")
+    assert after["shoal_connections_paused"] == before["shoal_connections_paused"], \
+        f"a connection that ended is still counted as paused: before {before}, after {after}"

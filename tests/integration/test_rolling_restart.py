@@ -17,6 +17,17 @@ made progress again. Then:
   gap and no duplicate, identical in all AZs;
 - every acknowledged record is at its acknowledged offset, and each producer's records are in
   send order without duplicates.
+
+Known broker bug (xfail below, see `test_fetch_through_a_stateless_broker_fences_stale_leader_epochs`):
+a broker that serves a diskless partition without hosting it (a stateless broker) ignores the
+Fetch's current_leader_epoch, so a fetch sent under the previous epoch returns records of the
+new one (Kafka answers FENCED_LEADER_EPOCH). librdkafka 2.16 can then compare the answer to
+its pending OffsetForLeaderEpoch check (for the old epoch) with the position that fetch
+advanced, and report a log truncation that did not happen ("Partition log truncation
+detected ... Reset to INVALID", as _AUTO_OFFSET_RESET; with earliest/latest it would seek
+back and deliver records twice). The consumers here record such a report, seek back to
+their own next offset and go on, and the test checks everything else; if the records were
+intact it ends with `SpuriousTruncation`, the one failure the xfail marker accepts.
 """
 
 from __future__ import annotations
@@ -47,10 +58,21 @@ PROGRESS = 100              # records each producer and consumer must move betwe
 SETTLE_S = 120              # generous: this machine has 2 shared cores
 
 
-@pytest.fixture
-def cluster(tmp_path) -> Iterator[DevCluster]:
+STATELESS_FENCING_BUG = (
+    "broker bug: Fetch through a broker that does not host the diskless partition (stateless broker, "
+    "broker/handlers/fetch.py remote-read path) ignores current_leader_epoch: no FENCED_LEADER_EPOCH / "
+    "UNKNOWN_LEADER_EPOCH, unlike the replicas; librdkafka then reports spurious log truncations")
+
+
+class SpuriousTruncation(AssertionError):
+    """A consumer reported a log truncation, yet it read every acknowledged record exactly once
+    and in order: the false report that STATELESS_FENCING_BUG leads librdkafka to."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[DevCluster]:
     require_etcd_binary()
-    with DevCluster(3, 3, stateless_per_az=1, work_dir=tmp_path / "cluster",
+    with DevCluster(3, 3, stateless_per_az=1, work_dir=tmp_path_factory.mktemp("roll") / "cluster",
                     settings={"leader.imbalance.check.interval.seconds": "1"}) as running:
         create(running, TOPIC, REPLICAS)
         yield running
@@ -115,7 +137,10 @@ class PacedProducer(threading.Thread):
 class TailingConsumer(threading.Thread):
     """A confluent consumer in one AZ (bootstrap, client.id and client.rack of that AZ)
     assigned every partition from offset 0 with auto.offset.reset=error; keeps every record
-    it gets, every error event and every client-level error."""
+    it gets, every error event and every client-level error. An offset reset is a failure
+    (`resets`), except a reported log truncation (`truncations`, see the module docstring):
+    the consumer then seeks to the offset after the last record it read and goes on, so
+    that the test can still check that nothing was lost or duplicated."""
 
     def __init__(self, cluster: DevCluster, az: str) -> None:
         super().__init__(daemon=True, name=f"consumer-{az}")
@@ -124,12 +149,14 @@ class TailingConsumer(threading.Thread):
         self.az = az
         self.errors: list[str] = []
         self.resets: list[str] = []
+        self.truncations: list[str] = []
         self.consumer = Consumer({
             "bootstrap.servers": cluster.bootstrap_by_az[az], "client.id": f"tail,shoal_az={az}", "client.rack": az,
             "group.id": f"tail-{az}", "enable.auto.commit": False, "auto.offset.reset": "error",
             "enable.partition.eof": False, "fetch.wait.max.ms": 200, "error_cb": self._client_error})
         self.consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         self.got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+        self.epochs: dict[int, list[int | None]] = defaultdict(list)  # leader epoch of each record read
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -138,16 +165,27 @@ class TailingConsumer(threading.Thread):
             self.errors.append(f"client: {err}")
 
     def run(self) -> None:
-        from confluent_kafka import KafkaError
+        from confluent_kafka import KafkaError, TopicPartition
 
         deadline = time.monotonic() + 900  # a bound whatever happens
         try:
             while not self._halt.is_set() and time.monotonic() < deadline:
+                sought: set[int] = set()  # partitions sought back in this batch: the rest of it is stale
                 for message in self.consumer.consume(num_messages=500, timeout=0.2):
                     with self._lock:
                         error = message.error()
+                        if message.partition() in sought:
+                            continue
                         if error is None:
                             self.got[message.partition()].append((message.offset(), message.value()))
+                            self.epochs[message.partition()].append(message.leader_epoch())
+                        elif error.code() == KafkaError._AUTO_OFFSET_RESET and \
+                                "log truncation detected" in error.str():
+                            p = message.partition()
+                            tail = [(o, e) for (o, _v), e in zip(self.got[p][-3:], self.epochs[p][-3:])]
+                            self.truncations.append(f"partition {p}: {error.str()}; last read (offset, epoch) {tail}")
+                            self.consumer.seek(TopicPartition(TOPIC, p, self.got[p][-1][0] + 1 if self.got[p] else 0))
+                            sought.add(p)
                         elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                             self.resets.append(f"partition {message.partition()}: {error}")
                         else:
@@ -203,6 +241,7 @@ def settled(cluster: DevCluster, producers: list[PacedProducer], consumers: list
         raise AssertionError(f"{exc}: (before, now) {counts}; last errors {errors}") from None
 
 
+@pytest.mark.xfail(raises=SpuriousTruncation, strict=False, reason=STATELESS_FENCING_BUG)
 def test_rolling_restart_with_stateless_brokers_loses_and_resets_nothing(cluster: DevCluster) -> None:
     producers = [PacedProducer(cluster, az) for az in AZS]
     consumers = [TailingConsumer(cluster, az) for az in AZS]
@@ -266,3 +305,47 @@ def test_rolling_restart_with_stateless_brokers_loses_and_resets_nothing(cluster
             for seq, offset in producer.acked[p]:
                 assert stored[offset].startswith(f"{producer.az}-{seq}:".encode()), \
                     f"partition {p}: acknowledged {producer.az}-{seq} is not at offset {offset}"
+    truncations = [f"{c.az}: {t}" for c in consumers for t in c.truncations]
+    if truncations:
+        raise SpuriousTruncation(f"{len(truncations)} log truncation(s) reported although every record was read "
+                                 f"exactly once: {truncations[:3]}")
+
+
+def fetch_error(address: str, partition: int, current_leader_epoch: int) -> int:
+    """The error code of a Fetch of one partition from offset 0 with this current_leader_epoch."""
+    from kafka.protocol.consumer import FetchRequest
+
+    from .clients import RawConnection, api_versions, pick_version
+
+    v = pick_version(api_versions(address), FetchRequest, cap=12)
+    T = FetchRequest.FetchTopic
+    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                           session_id=0, session_epoch=-1, topics=[T(topic=TOPIC, partitions=[T.FetchPartition(
+                               partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=0,
+                               log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+    with RawConnection(address, timeout_s=15) as conn:
+        return conn.request(request, v, timeout_s=15).responses[0].partitions[0].error_code
+
+
+@pytest.mark.xfail(strict=True, reason=STATELESS_FENCING_BUG)
+def test_fetch_through_a_stateless_broker_fences_stale_leader_epochs(cluster: DevCluster) -> None:
+    """Kafka's fencing (KIP-320), which consumers rely on after a leader change: a Fetch that
+    names an older leader epoch than the partition's is FENCED_LEADER_EPOCH (74), a newer one
+    UNKNOWN_LEADER_EPOCH (75). Every data broker answers so; a stateless broker must too."""
+    from broker.protocol.errors import ErrorCode
+
+    if stored_state(cluster, TOPIC, 0)[2] == 0:  # run alone: make a leader change first
+        cluster.restart(0)
+        wait_until(lambda: stored_state(cluster, TOPIC, 0)[1] == [0, 1, 2] and leader_of(cluster, TOPIC, 0) == 0,
+                   SETTLE_S, interval_s=0.5, what="broker 0 leading partition 0 again")
+    epoch = stored_state(cluster, TOPIC, 0)[2]
+    assert epoch > 0
+    answers = {node: (fetch_error(cluster.broker(node).bootstrap, 0, epoch - 1),
+                      fetch_error(cluster.broker(node).bootstrap, 0, epoch + 5),
+                      fetch_error(cluster.broker(node).bootstrap, 0, epoch))
+               for node in range(len(cluster.brokers))}
+    expected = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NONE)
+    assert all(answers[node] == expected for node in range(3)), f"data brokers: {answers}"
+    assert all(answers[node] == expected for node in range(3, 6)), \
+        f"(stale, future, current epoch) -> error codes by broker: {answers}"
