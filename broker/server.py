@@ -119,6 +119,9 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._memory.forget(self)
+        if self._reading_paused:  # a paused connection that ends is not paused any more
+            self._reading_paused = False
+            self._server.paused_connections -= 1
         self._wakeup.set()
         self._can_write.set()
         if self in self._server.connections:

@@ -130,6 +130,9 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
                     raise topic_error
                 limit = min(fetch_partition.partition_max_bytes, budget - total)
                 if (topic.name, index) in remote:
+                    state = broker.view.partitions.get((str(topic.topic_id), index))
+                    if state is not None:  # fenced by the epoch this broker knows, as a replica would be
+                        check_leader_epoch(fetch_partition.current_leader_epoch, state.record.leader_epoch)
                     log = partition = remote[(topic.name, index)]  # answered by a replica elsewhere
                     if log.error_code:
                         raise ApiError(ErrorCode(log.error_code), "remote replica read failed")

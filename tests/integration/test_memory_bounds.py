@@ -196,11 +196,6 @@ class Witness:
         return self.producer.flush(timeout_s)
 
 
-PAUSED_GAUGE_BUG = (
-    "broker bug: KafkaConnection.connection_lost (broker/server.py) does not undo a paused read, so a connection "
-    "that ends while the broker is not reading it stays counted in shoal_connections_paused forever")
-
-
 @pytest.fixture(scope="module")
 def stalling_broker(moto_server, tmp_path_factory):
     """(broker, S3 proxy pid): one broker with the small bounds, its object store on moto behind
@@ -321,7 +316,6 @@ def parked_fetch_frame(address: str, topic: str, max_wait_ms: int) -> bytes:
     return bytes(request.encode(version=v, header=True, framed=True))
 
 
-@pytest.mark.xfail(strict=True, reason=PAUSED_GAUGE_BUG)
 def test_a_client_gone_while_paused_is_not_counted_as_paused(stalling_broker):
     """The pool is full (stalled store, acks=0 floods); a client sends a Fetch that parks for 3 s
     (the broker reads it, then stops reading that connection: no room) and resets its connection
