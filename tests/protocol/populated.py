@@ -20,8 +20,9 @@ def fields_of(struct: Any) -> list[Any]:
 
 
 class Populator:
-    def __init__(self, rnd: random.Random) -> None:
+    def __init__(self, rnd: random.Random, nulls: bool = True) -> None:
         self.rnd = rnd
+        self.nulls = nulls  # False: no null anywhere, even where the schema allows one
 
     def message(self, cls: Any, version: int, **fixed: Any) -> Any:
         kwargs = self._struct(cls._struct, version, depth=0, tagged=False)
@@ -37,7 +38,7 @@ class Populator:
         return out
 
     def _null(self, field: Any, version: int) -> bool:
-        return field.nullable_for_version_q(version) and self.rnd.random() < 0.2
+        return self.nulls and field.nullable_for_version_q(version) and self.rnd.random() < 0.2
 
     def _value(self, field: Any, version: int, depth: int, tagged: bool) -> Any:
         if field.is_struct_array() or field.is_struct() or field.is_array():
