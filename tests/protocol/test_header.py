@@ -3,7 +3,7 @@
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from broker.protocol.header import HeaderError, encode_response_header, parse_request_header
 
@@ -138,6 +138,20 @@ def mutated_headers(draw):  # type: ignore[no-untyped-def]
     return bytes(raw), flexible
 
 
+@pytest.mark.parametrize("frame, flexible, reason", [
+    (_header(3, 1, 1, "c", False)[:9], False, "shorter than a header"),
+    (struct.pack(">hhih", 3, 1, 1, -2), False, "invalid client_id length -2"),
+    (struct.pack(">hhih", 3, 1, 1, 5) + b"abc", False, "client_id runs past the end"),
+    (struct.pack(">hhih", 3, 1, 1, 2) + b"\xc3\x28", False, "client_id is not UTF-8"),
+    (_header(3, 12, 1, "c", True, b""), True, "truncated varint"),
+    (_header(3, 12, 1, "c", True, b"\x01\x00\x05ab"), True, "tagged field runs past the end"),
+])
+def test_each_header_error(frame: bytes, flexible: bool, reason: str) -> None:
+    with pytest.raises(HeaderError, match=reason):
+        parse_request_header(frame, flexible)
+
+
+@settings(max_examples=400)
 @given(mutated_headers())
 def test_mutated_headers_parse_as_kafka_reads_them(case) -> None:  # type: ignore[no-untyped-def]
     frame, flexible = case
