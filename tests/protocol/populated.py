@@ -11,7 +11,6 @@ from typing import Any
 INT_RANGES = {"int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
               "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 UNICODE = "abcXYZ019-_.éß💡"
-ASCII = "abcXYZ019-_."
 
 
 def fields_of(struct: Any) -> list[Any]:
@@ -25,34 +24,34 @@ class Populator:
         self.nulls = nulls  # False: no null anywhere, even where the schema allows one
 
     def message(self, cls: Any, version: int, **fixed: Any) -> Any:
-        kwargs = self._struct(cls._struct, version, depth=0, tagged=False)
+        kwargs = self._struct(cls._struct, version, depth=0)
         kwargs.update(fixed)
         return cls(**kwargs)
 
-    def _struct(self, struct: Any, version: int, depth: int, tagged: bool) -> dict[str, Any]:
+    def _struct(self, struct: Any, version: int, depth: int) -> dict[str, Any]:
         out = {}
         for field in fields_of(struct):
             if not field.for_version_q(version) or field.type_str == "bitfield":
                 continue
-            out[field.name] = self._value(field, version, depth, tagged or field.tagged_field_q(version))
+            out[field.name] = self._value(field, version, depth)
         return out
 
     def _null(self, field: Any, version: int) -> bool:
         return self.nulls and field.nullable_for_version_q(version) and self.rnd.random() < 0.2
 
-    def _value(self, field: Any, version: int, depth: int, tagged: bool) -> Any:
+    def _value(self, field: Any, version: int, depth: int) -> Any:
         if field.is_struct_array() or field.is_struct() or field.is_array():
             if self._null(field, version):
                 return None
             count = self.rnd.randint(0, 3 if depth < 2 else 1)
             if field.is_struct_array():
-                return [field.data_class(**self._struct(field, version, depth + 1, tagged)) for _ in range(count)]
+                return [field.data_class(**self._struct(field, version, depth + 1)) for _ in range(count)]
             if field.is_struct():
-                return field.data_class(**self._struct(field, version, depth + 1, tagged))
-            return [self._simple(field.array_of, version, tagged) for _ in range(count)]
-        return self._simple(field, version, tagged)
+                return field.data_class(**self._struct(field, version, depth + 1))
+            return [self._simple(field.array_of, version) for _ in range(count)]
+        return self._simple(field, version)
 
-    def _simple(self, field: Any, version: int, tagged: bool) -> Any:
+    def _simple(self, field: Any, version: int) -> Any:
         kind, rnd = field.type_str, self.rnd
         if self._null(field, version):
             return None
@@ -66,10 +65,7 @@ class Populator:
         if kind == "uuid":
             return uuid.UUID(int=rnd.getrandbits(128) | 1)  # the zero UUID is null on the wire
         if kind == "string":
-            # kafka-python 3.0 misreads multi-byte text inside tagged fields (its encoding is
-            # right); Shoal sends none there, so tagged strings stay ASCII.
-            alphabet = ASCII if tagged else UNICODE
-            return "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12)))
+            return "".join(rnd.choice(UNICODE) for _ in range(rnd.randint(0, 12)))
         if kind in ("bytes", "records"):
             return rnd.randbytes(rnd.randint(0, 24))
         raise KeyError(f"no generator for field type {kind}")
