@@ -32,6 +32,8 @@ dev-cluster: $(STAMP)
 	$(BIN)/shoal dev cluster --brokers 3 --azs 3
 
 ## Install everything (etcd-server from Debian's packages when missing) and run the whole suite.
+## `.ci/run` runs it with CI=true: a missing etcd, moto server or node/kafkajs then fails the
+## tests that need it instead of skipping them (tests/gates.py). No test asserts a duration.
 test: $(STAMP)
 	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q -p no:cacheprovider

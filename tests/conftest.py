@@ -1,5 +1,6 @@
 """Fixtures shared by every test tier: fake AWS credentials, a moto S3 server and an etcd
-server (both session-scoped)."""
+server (both session-scoped). A missing moto or etcd skips outside CI and fails under CI=true
+(tests/gates.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.etcd_server import EtcdServer, require_etcd_binary, start_etcd
+from tests.gates import require_module
 from tests.moto_server import FAKE_AWS_ENV, MotoServer, start_moto, stop_process
 
 
@@ -23,7 +25,9 @@ def aws_env() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def moto_server(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install -e '.[test]')")
+    """One moto S3 server for the session. Without moto's server (or with a broken install)
+    this skips, except under CI=true, where it fails: a skip there would hide every S3 test."""
+    require_module("moto.server", "moto[server] cannot be imported (pip install -e '.[test]')")
     try:
         process, server = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
     except RuntimeError as exc:

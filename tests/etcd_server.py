@@ -7,7 +7,6 @@ Ctrl-C.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import tempfile
@@ -22,13 +21,11 @@ __all__ = ["EtcdServer", "etcd_binary", "free_port", "require_etcd_binary", "sta
 def require_etcd_binary() -> str:
     """For tests: the etcd executable; if it is missing, skip the test, or fail it under
     CI=true (CI must run the etcd tests; `.ci/install-etcd` installs etcd)."""
-    import pytest
+    from tests.gates import missing
 
     binary = etcd_binary()
     if binary is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(MISSING)
-        pytest.skip(MISSING)
+        missing(MISSING)
     return binary
 
 

@@ -7,12 +7,16 @@ serves the entry's header followed by the object's bytes after the first 61, so 
 keeps the producer's original bytes.
 
 Encoded as a msgpack array ``[version, object_id, offset, length]`` (about 50 bytes). Readers
-reject versions they do not know with WalRefFormatError.
+reject versions they do not know, and ranges no batch can have (a negative offset, a length
+below 1), with WalRefFormatError. `make_ref` refuses such a range before it can be written
+(InvalidCoordinates, an ApiError: a commit carrying one fails its partition, nothing appended).
 """
 
 from __future__ import annotations
 
 import msgspec
+
+from ..protocol.errors import ApiError, ErrorCode
 
 WAL_REF_VERSION = 1
 SUPPORTED_WAL_REF_VERSIONS = frozenset({WAL_REF_VERSION})
@@ -20,6 +24,21 @@ SUPPORTED_WAL_REF_VERSIONS = frozenset({WAL_REF_VERSION})
 
 class WalRefFormatError(ValueError):
     """A COORDINATES payload this broker cannot read (unknown version, garbage)."""
+
+
+class InvalidCoordinates(ApiError):
+    """A commit named coordinates no batch can have. CORRUPT_MESSAGE (retriable): the commit
+    message is corrupt, and the producer's retry goes into a new object with new coordinates."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+def bad_range(offset: int, length: int) -> str | None:
+    """Why (offset, length) cannot locate a batch in a WAL object, or None when it can."""
+    if offset < 0 or length < 1:
+        return f"bad range: offset {offset} (must be >= 0), length {length} (must be >= 1)"
+    return None
 
 
 class WalRef(msgspec.Struct, array_like=True, frozen=True):
@@ -40,6 +59,9 @@ _DECODER = msgspec.msgpack.Decoder(WalRef)
 
 
 def make_ref(object_id: str, offset: int, length: int) -> WalRef:
+    why = bad_range(offset, length)
+    if why is not None:
+        raise InvalidCoordinates(f"coordinates in WAL object {object_id}: {why}")
     return WalRef(WAL_REF_VERSION, object_id, offset, length)
 
 
@@ -56,6 +78,7 @@ def decode_ref(payload: bytes | bytearray | memoryview) -> WalRef:
         raise WalRefFormatError(
             f"COORDINATES payload version {ref.version} is not supported (this broker reads "
             f"{sorted(SUPPORTED_WAL_REF_VERSIONS)}); was the log written by a newer broker?")
-    if ref.offset < 0 or ref.length <= 0:
-        raise WalRefFormatError(f"COORDINATES payload has a bad range: offset {ref.offset}, length {ref.length}")
+    why = bad_range(ref.offset, ref.length)
+    if why is not None:
+        raise WalRefFormatError(f"COORDINATES payload for WAL object {ref.object_id} has a {why}")
     return ref

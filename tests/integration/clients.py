@@ -649,7 +649,8 @@ class BackgroundProducer:
         self.producer = KafkaProducer(**cfg)
         self.topic, self.partitions, self.max_records = topic, partitions, max_records
         self.acked: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        self.failed = 0
+        self.failed = 0  # records that were sent and then failed (the delivery errback)
+        self.refused = 0  # send() raised: never sent (broker gone, buffer full, metadata timeout)
         self.sent = 0
         self.close_error: Exception | None = None
         self._stop = threading.Event()
@@ -663,6 +664,15 @@ class BackgroundProducer:
     def acked_count(self) -> int:
         with self._lock:
             return sum(len(v) for v in self.acked.values())
+
+    def assert_all_delivered(self) -> None:
+        """After close(): every record that was sent got acknowledged; none failed and the
+        final flush completed."""
+        assert self.close_error is None, f"the final flush failed: {self.close_error!r}"
+        with self._lock:
+            acked = sum(len(v) for v in self.acked.values())
+            assert self.failed == 0, f"{self.failed} of {self.sent} sent records failed"
+            assert acked == self.sent, f"{acked} of {self.sent} sent records acknowledged"
 
     def _on_ack(self, seq, md) -> None:
         with self._lock:
@@ -679,7 +689,8 @@ class BackgroundProducer:
             try:
                 f = self.producer.send(self.topic, value=b"%08d" % seq, partition=seq % self.partitions)
             except Exception:  # noqa: BLE001 - broker gone: buffer full / metadata timeout
-                self.failed += 1
+                with self._lock:
+                    self.refused += 1
                 time.sleep(0.05)
                 continue
             f.add_callback(lambda md, seq=seq: self._on_ack(seq, md))

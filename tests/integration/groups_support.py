@@ -61,16 +61,17 @@ class MemberProc:
     commit: commit the exact offsets of the records it printed, synchronously, after every poll
     max_records: print at most this many records, commit them (when `commit`), close, exit
     instance_id: group.instance.id (static membership; confluent members only)
+    session_timeout_ms: the member's session.timeout.ms (the broker's minimum by default)
     """
 
     def __init__(self, client: str, bootstrap: str, topic: str, group: str, *, name: str,
                  log_dir: Path, assignor: str = "range", commit: bool = False,
                  max_records: int | None = None, max_seconds: float = MEMBER_MAX_SECONDS,
-                 instance_id: str | None = None):
+                 instance_id: str | None = None, session_timeout_ms: int = SESSION_TIMEOUT_MS):
         self.client, self.name, self.group = client, name, group
         spec = dict(client=client, bootstrap=bootstrap, topic=topic, group=group, name=name,
                     assignor=assignor, commit=commit, max_records=max_records,
-                    max_seconds=max_seconds, session_timeout_ms=SESSION_TIMEOUT_MS, instance_id=instance_id,
+                    max_seconds=max_seconds, session_timeout_ms=session_timeout_ms, instance_id=instance_id,
                     heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"member-{name}.stderr"
@@ -568,6 +569,18 @@ def raw_offset_fetch(conn, versions, group: str, topic: str, partitions: list[in
     out = {p.partition_index: (p.committed_offset, p.metadata, p.error_code)
            for t in topics for p in t.partitions}
     return out, top_error
+
+
+def raw_describe_group(conn, versions, group: str) -> tuple[int, str, list[str]]:
+    """DescribeGroups of one group: (error code, state, sorted client ids of its members)."""
+    from kafka.protocol.admin import DescribeGroupsRequest
+
+    from .clients import pick_version
+    v = pick_version(versions, DescribeGroupsRequest, cap=5)
+    resp = conn.request(DescribeGroupsRequest(groups=[group], include_authorized_operations=False), v,
+                        timeout_s=10)
+    (g,) = resp.groups
+    return g.error_code, g.group_state, sorted(m.client_id for m in g.members)
 
 
 def raw_delete_groups(conn, versions, groups: list[str]) -> dict[str, int]:

@@ -24,7 +24,10 @@ MESSAGE_TOO_LARGE = 10
 # APIs a mutated frame must not turn into: they could delete or reconfigure the canary topic.
 DESTRUCTIVE_API_KEYS = {20, 21, 33, 44}   # DeleteTopics, DeleteRecords, AlterConfigs, IncrementalAlterConfigs
 
-HYPOTHESIS = settings(max_examples=50, deadline=None, derandomize=True,
+# Fresh random inputs on every run (each run explores new ones; a failure prints the falsifying
+# example and a @reproduce_failure blob to replay it, and `--hypothesis-seed=N` replays a run).
+# No example database: CI starts clean anyway, and a local one would replay old failures first.
+HYPOTHESIS = settings(max_examples=50, deadline=None, derandomize=False, database=None, print_blob=True,
                       suppress_health_check=[HealthCheck.function_scoped_fixture,
                                              HealthCheck.too_slow])
 

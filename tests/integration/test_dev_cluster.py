@@ -158,10 +158,8 @@ def test_command_prints_bootstrap_addresses_and_a_signal_stops_everything(
         for servers in per_az.values():
             describe_cluster(servers)
 
-        started = time.monotonic()
         process.send_signal(signum)
-        assert process.wait(timeout=SHUTDOWN_TIMEOUT_S) == 0
-        assert time.monotonic() - started < SHUTDOWN_TIMEOUT_S
+        assert process.wait(timeout=SHUTDOWN_TIMEOUT_S) == 0   # a bound: raises if it takes longer
         wait_until(lambda: not any(alive(pid) for pid in pids), 5, what="every child to be gone")
         assert (work_dir / "broker-0" / "broker.log").exists()  # --dir is kept
         assert "stopped" in stderr_path.read_text()

@@ -49,6 +49,7 @@ from .test_groups import check_resumes_at, committed_offsets, produce
 pytestmark = pytest.mark.integration
 
 LINGER_MS = 100
+SHARED_PLAN = 6000  # records each client produces in test_three_clients_concurrently_share_wal_objects
 PARTITIONS = 4
 INVALID_CONFIG = 40
 
@@ -351,24 +352,25 @@ def segment_bytes(broker, topic: str, partitions: int) -> int:
 # -- a. three clients, shared WAL objects ------------------------------------------------------
 
 def test_three_clients_concurrently_share_wal_objects(s3_broker):
-    """confluent-kafka, kafka-python and aiokafka produce at once for 10 s (idempotent, acks=all)
+    """confluent-kafka, kafka-python and aiokafka produce at once (idempotent, acks=all, paced)
     to 3 topics x 4 partitions: every record is read back identical, once, in producer order,
-    and the records went up in a few shared WAL objects: one PUT per seal, about one seal per
-    linger period, many batches and produce requests per PUT, little in the partition logs."""
+    and the records went up in a few shared WAL objects: one PUT per seal, many batches and
+    produce requests per PUT, little in the partition logs. (PUTs per second are measured by
+    `make bench`, tests/bench/diskless.py.)"""
     broker = s3_broker()
     bs = broker.bootstrap
     topics = [unique_topic(f"dl3-{i}") for i in range(3)]
     for t in topics:
         create_topic(bs, t, partitions=PARTITIONS)
     before = scrape(broker)
-    t0 = time.monotonic()
+    # Each client sends its whole plan (about 7.5 s at 800 records/s; the 60 s cap is only a
+    # bound on a stuck run): the traffic is fixed, whatever the machine's speed.
     runs = produce_concurrently(bs, ["confluent", "kafka-python", "aiokafka"], topics,
-                                duration_s=10, rate=800, max_records=12_000)
-    elapsed = time.monotonic() - t0
+                                duration_s=60, rate=800, max_records=SHARED_PLAN)
     after = scrape(broker)
     for run in runs:
         assert not run.errors, f"{run.client}: {len(run.errors)} failed sends, e.g. {run.errors[:3]}"
-        assert run.sent >= 2000, f"{run.client} sent only {run.sent} records in {run.elapsed_s:.1f}s"
+        assert run.sent == SHARED_PLAN, f"{run.client} sent {run.sent} of {SHARED_PLAN} records"
     total = check_runs(bs, topics, runs)
     assert total == sum(r.sent for r in runs)
 
@@ -380,12 +382,11 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
     produce_requests = delta(before, after, "shoal_requests_total", api_key="0")
     batches = sum(count_batches(bs, t, PARTITIONS) for t in topics)
     summary = (f"{total} records in {batches} batches, {produce_requests:.0f} produce requests, "
-               f"{puts:.0f} PUTs, seals {linger_seals:.0f} linger + {forced_seals:.0f} forced in {elapsed:.1f}s")
+               f"{puts:.0f} PUTs, seals {linger_seals:.0f} linger + {forced_seals:.0f} forced, "
+               f"in {max(r.elapsed_s for r in runs):.1f} s")
     print(summary)
     assert store_requests(after, UPLOAD, "retry") - store_requests(before, UPLOAD, "retry") == 0, summary
     assert puts <= seals and puts == committed, summary      # one PUT per sealed buffer
-    assert linger_seals <= elapsed / (LINGER_MS / 1000) + 3, summary
-    assert puts <= elapsed / (LINGER_MS / 1000) + forced_seals + 3, summary
     # Objects are shared: many produce requests (of all three clients) and batches per PUT.
     assert puts * 3 < produce_requests and puts * 10 < batches, f"objects are not shared: {summary}"
     # The record bytes went to S3; the partition logs hold headers and coordinates only.

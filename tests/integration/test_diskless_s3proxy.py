@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ def _conn(port: int) -> http.client.HTTPConnection:
 
 
 PUBLIC = {"x-amz-acl": "public-read"}        # moto refuses unsigned GETs of private objects
+PUT_DELAY_MS = 2000  # far longer than an undelayed GET's round trip through the proxy
 
 
 def _request(conn, method: str, path: str, body: bytes | None = None):
@@ -73,18 +75,22 @@ def test_s3_store_operations_through_proxy(moto_server, tmp_path):
 
 def test_keep_alive_delays_and_faults(moto_server, tmp_path):
     bucket = f"/{moto_server.bucket}"
-    with running_s3proxy(moto_server.port, delay_ms="put=400,get=0", fail_methods="PUT",
+    with running_s3proxy(moto_server.port, delay_ms=f"put={PUT_DELAY_MS},get=0", fail_methods="PUT",
                          log_path=tmp_path / "proxy.log") as port:
         conn = _conn(port)
-        # Delays by method, and one client connection for many requests (keep-alive).
-        t0 = time.monotonic()
-        assert _request(conn, "PUT", f"{bucket}/k1", b"v1")[0] == 200
-        put_s = time.monotonic() - t0
-        t0 = time.monotonic()
+        # Delays by method, seen as an order: a PUT sent first, on its own connection, is still
+        # in its delay after a GET sent later on another connection has been answered.
+        slow = _conn(port)
+        slow.request("PUT", f"{bucket}/k1", body=b"v1", headers=PUBLIC)
+        assert _request(conn, "GET", f"{bucket}/k0")[0] == 404            # undelayed, straight from moto
+        assert not select.select([slow.sock], [], [], 0)[0], "the PUT was answered before the later GET"
+        answer = slow.getresponse()
+        assert (answer.status, answer.read()) == (200, b"")
+        slow.close()
+        configure_s3proxy(port, delay_ms={})
+        # One client connection for many requests (keep-alive).
         status, headers, data = _request(conn, "GET", f"{bucket}/k1")
-        get_s = time.monotonic() - t0
         assert (status, data) == (200, b"v1")
-        assert put_s >= 0.4 and get_s < 0.4, (put_s, get_s)
         status, headers, data = _request(conn, "HEAD", f"{bucket}/k1")
         assert (status, headers.get("Content-Length"), data) == (200, "2", b"")
         # A chunked request body is relayed (with Content-Length).
@@ -97,7 +103,8 @@ def test_keep_alive_delays_and_faults(moto_server, tmp_path):
         assert resp.status == 200, resp.read()
         resp.read()
         assert _request(conn, "GET", f"{bucket}/k2")[2] == b"abcde"
-        assert s3proxy_stats(port)["client_connections_total"] == 2   # conn + the stats call itself
+        # conn, slow, the configure call and the stats call itself
+        assert s3proxy_stats(port)["client_connections_total"] == 4
         # Expect: 100-continue is answered before the body is sent.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
             raw.sendall(f"PUT {bucket}/k3 HTTP/1.1\r\nHost: x\r\nx-amz-acl: public-read\r\nContent-Length: 4\r\n"

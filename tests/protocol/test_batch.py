@@ -71,3 +71,57 @@ def test_split_garbage_raises_only_format_errors(data: bytes) -> None:
         list(b.split_batches(memoryview(data)))
     except b.BatchFormatError:
         pass
+
+
+def expected_split(data: bytes) -> tuple[list[int], str | None]:
+    """Kafka's framing of a records blob, independently: batch positions, or the error."""
+    positions, pos = [], 0
+    while pos < len(data):
+        left = len(data) - pos
+        if left > b.OFFSET_MAGIC and data[pos + b.OFFSET_MAGIC] != 2:
+            return positions, "magic"
+        if left < b.BATCH_HEADER_SIZE:
+            return positions, "format"
+        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        if length < b.BATCH_HEADER_SIZE - b.LOG_OVERHEAD or pos + b.LOG_OVERHEAD + length > len(data):
+            return positions, "format"
+        positions.append(pos)
+        pos += b.LOG_OVERHEAD + length
+    return positions, None
+
+
+@st.composite
+def mutated_blobs(draw):  # type: ignore[no-untyped-def]
+    """Valid batches back to back, then their framing bent: a length field moved (to 0, a
+    neighbour's size, negative, huge, +-1...), a magic byte changed, bytes cut or appended."""
+    blob = bytearray(b"".join(build(count=draw(st.integers(1, 3))) for _ in range(draw(st.integers(1, 4)))))
+    starts = [pos for pos, _ in b.split_batches(memoryview(bytes(blob)))]
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["length", "magic", "cut", "append"]))
+        at = draw(st.sampled_from(starts))
+        if kind == "length" and at + 12 <= len(blob):
+            old = int.from_bytes(blob[at + 8:at + 12], "big", signed=True)
+            new = draw(st.sampled_from([0, 48, 49, old - 1, old + 1, -1, 2**31 - 1, len(blob)]))
+            blob[at + 8:at + 12] = new.to_bytes(4, "big", signed=True)
+        elif kind == "magic" and at + b.OFFSET_MAGIC < len(blob):
+            blob[at + b.OFFSET_MAGIC] = draw(st.sampled_from([0, 1, 3, 0xFF]))
+        elif kind == "cut":
+            del blob[draw(st.integers(0, len(blob))):]
+        else:
+            blob += draw(st.binary(min_size=1, max_size=80))
+    return bytes(blob)
+
+
+@given(mutated_blobs())
+def test_split_mutated_batches_agrees_with_kafkas_framing(data: bytes) -> None:
+    positions, error = expected_split(data)
+    try:
+        found = list(b.split_batches(memoryview(data)))
+    except b.UnsupportedMagicError:
+        assert error == "magic"
+        return
+    except b.BatchFormatError:
+        assert error == "format"
+        return
+    assert error is None and [pos for pos, _ in found] == positions
+    assert [h.size for _, h in found] == [int.from_bytes(data[p + 8:p + 12], "big") + 12 for p in positions]

