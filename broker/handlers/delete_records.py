@@ -22,12 +22,10 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 partition = broker.replicas.leader(wanted.name, item.partition_index)
                 log = partition.log
                 offset = log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
-                if not log.log_start_offset <= offset <= log.high_watermark:
-                    if offset < log.log_start_offset:
-                        offset = log.log_start_offset
-                    else:
-                        raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                       f"offset {offset} is above the high watermark {log.high_watermark}")
+                if offset < 0 or offset > log.high_watermark:  # as Kafka: below the start is a no-op
+                    raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                   f"offset {offset} is not in [0, {log.high_watermark}] (the high watermark)")
+                offset = max(offset, log.log_start_offset)
                 log.delete_records_before(offset)
                 partitions.append(_Partition(partition_index=item.partition_index, low_watermark=log.log_start_offset,
                                              error_code=0))

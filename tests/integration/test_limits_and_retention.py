@@ -190,8 +190,6 @@ def test_delete_records(broker, mode: str) -> None:  # type: ignore[no-untyped-d
         assert raw_fetch(conn, api_versions(bs), topic, 0, 4).error_code == OFFSET_OUT_OF_RANGE
 
 
-@pytest.mark.xfail(strict=True, reason="real bug (broker/handlers/delete_records.py): a negative offset other "
-                                       "than -1 is clamped to the log start instead of OFFSET_OUT_OF_RANGE")
 def test_delete_records_negative_offset_is_out_of_range(broker) -> None:  # type: ignore[no-untyped-def]
     """Kafka (Partition.deleteRecordsOnLeader): an offset below 0, other than -1 (the high
     watermark), is OFFSET_OUT_OF_RANGE."""
