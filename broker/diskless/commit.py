@@ -107,6 +107,7 @@ class ReplicationWaitResponse(msgspec.Struct, array_like=True, frozen=True, tag=
 # How long a commit with acks=all waits for the ISR; the representative's producer
 # request times out on its own clock (request.timeout.ms, 30 s by default) anyway.
 ACKS_TIMEOUT_S = 30.0
+WAIT_GRACE_S = 0.02  # see LocalCommitter.answer_wait
 
 
 @dataclass(slots=True)
@@ -181,12 +182,21 @@ class LocalCommitter:
         await partition.wait_replicated(wanted.end_offset, timeout_s)
 
     async def answer_wait(self, request: ReplicationWaitRequest) -> ReplicationWaitResponse:
-        """The leader's side of ReplicationWaitRequest: answer when any partition is done."""
+        """The leader's side of ReplicationWaitRequest: answer once every partition is done,
+        or, when some are done, once the rest have had as long again (at least
+        WAIT_GRACE_S) to follow: partitions replicated together are answered together (one
+        round trip), a partition that lags well behind the others does not hold them."""
         if request.version != COMMIT_VERSION:
             raise ValueError(f"replication wait version {request.version} is not supported")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + max(request.max_wait_ms, 0) / 1000
         waits = [asyncio.ensure_future(self.wait_replicated(p, ACKS_TIMEOUT_S)) for p in request.partitions]
         try:
-            await asyncio.wait(waits, timeout=max(request.max_wait_ms, 0) / 1000, return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait(waits, timeout=deadline - started, return_when=asyncio.FIRST_COMPLETED)
+            if done and pending:
+                grace = max(WAIT_GRACE_S, loop.time() - started)
+                await asyncio.wait(pending, timeout=max(0.0, min(grace, deadline - loop.time())))
         finally:
             for wait in waits:
                 if not wait.done():
