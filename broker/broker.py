@@ -85,7 +85,8 @@ class Broker:
         self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(
             self.cross_az.replication_bytes)
         self.view.on_brokers_changed(self._forget_departed_peers)
-        self.fetcher = ReplicaFetcher(config, self.view, self.replication_pool, self.metrics, self.cross_az)
+        self.fetcher = ReplicaFetcher(config, self.view, self.replication_pool, self.metrics, self.cross_az,
+                                      self.clock)
         self.replicas.on_role_changed(self.fetcher.on_role_changed)
         self.replica_service = ReplicaFetchService(self.catalog, self.replicas, self.waiters, self.isr, self.clock)
         self.read_service = ReplicaReadService(self.catalog, self.replicas, self.waiters)

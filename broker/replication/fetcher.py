@@ -3,7 +3,9 @@ partition this broker follows on it (as Kafka's ReplicaFetcherThread does).
 
 Each round sends the follower's log end offset and last fetched epoch per partition; the
 answer is either entries to append (as the leader stores them), a divergence point to
-truncate to (divergence.truncation_offset), or an error that waits for new metadata. An
+truncate to (divergence.truncation_offset), or an error that waits for new metadata: that
+partition then sits out `replica.fetch.backoff.ms` while the others go on (one failing
+partition must not turn the leader's long poll into a busy loop for all of them). An
 answer is applied only if the partition still follows the same leader in the same epoch
 as when the request was sent.
 """
@@ -29,6 +31,7 @@ from .messages import (
 )
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..cluster.view import ClusterView
     from ..config import BrokerConfig
     from ..partition import Partition
@@ -43,8 +46,9 @@ RPC_TIMEOUT_MARGIN_S = 10.0
 class ReplicaFetcher:
     def __init__(self, config: "BrokerConfig", view: "ClusterView",
                  pool: RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse], metrics: "BrokerMetrics",
-                 cross_az: "CrossAzBytes") -> None:
+                 cross_az: "CrossAzBytes", clock: "Clock") -> None:
         self._config = config
+        self._clock = clock
         self._cross_az = cross_az
         self._view = view
         self._pool = pool
@@ -52,9 +56,11 @@ class ReplicaFetcher:
         self._following: dict[int, dict[tuple[str, int], "Partition"]] = {}  # leader -> partitions
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
+        self._delayed: dict[tuple[str, int], int] = {}  # partition -> monotonic ms until which it backs off
 
     def on_role_changed(self, partition: "Partition") -> None:
         """Follow the partition's leader, or stop following when this broker leads it."""
+        self._delayed.pop(partition.key, None)
         for leader_id, partitions in self._following.items():
             if partitions.pop(partition.key, None) is not None and leader_id in self._wake:
                 self._wake[leader_id].set()
@@ -81,7 +87,12 @@ class ReplicaFetcher:
             if broker is None or broker.rpc_host is None:
                 await self._pause(leader_id, backoff_s)
                 continue
-            sent = list(self._following[leader_id].values())
+            now = self._clock.monotonic_ms()
+            sent = [p for p in self._following[leader_id].values() if self._delayed.get(p.key, 0) <= now]
+            if not sent:  # every partition is backing off after an error
+                resume_ms = min(self._delayed.get(p.key, now) for p in self._following[leader_id].values())
+                await self._pause(leader_id, max(resume_ms - now, 1) / 1000)
+                continue
             epochs = {p.key: p.leader_epoch for p in sent}
             request = ReplicaFetchRequest(
                 REPLICATION_VERSION, self._config.node_id, self._config.replica_fetch_wait_max_ms,
@@ -98,20 +109,22 @@ class ReplicaFetcher:
                 continue
             self._cross_az.replicated(client.address, sum(len(data) for r in response.partitions
                                                           for kind, data in r.entries if kind == EntryKind.RECORDS))
-            stalled = True
             for partition, result in zip(sent, response.partitions):
                 current = self._following.get(leader_id, {}).get(partition.key)
                 if current is not partition or partition.leader_epoch != epochs[partition.key]:
                     continue  # moved on while the request was in flight
                 try:
-                    stalled &= not self._apply(partition, result)
+                    healthy = self._apply(partition, result)
                 except Exception:
                     log.exception("%s-%d: applying a replica fetch failed", partition.topic, partition.index)
-            if stalled:
-                await self._pause(leader_id, backoff_s)
+                    healthy = False
+                if healthy:
+                    self._delayed.pop(partition.key, None)
+                else:  # this partition backs off; the others go on (the leader long-polls for them)
+                    self._delayed[partition.key] = self._clock.monotonic_ms() + int(backoff_s * 1000)
 
     def _apply(self, partition: "Partition", result: FetchedPartition) -> bool:
-        """Apply one partition's answer; False when it made no progress (back off)."""
+        """Apply one partition's answer; False when it failed (that partition backs off)."""
         if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and result.log_start_offset > partition.log.log_end_offset:
             partition.restart_at(result.log_start_offset)
             return True

@@ -4,7 +4,8 @@ brokers' logs are read back and held against what the clients were told (workloa
 Invariants (DESIGN "Invariants the tests must prove", and Kafka's):
 - an acknowledged batch is in its partition's log, at the offset it was acknowledged with;
 - a batch refused with a definite error is not in the log, and a batch appears at most once
-  unless one of its attempts had an unknown outcome;
+  unless one of its attempts had an unknown outcome (an idempotent producer's, exactly once,
+  in sequence order);
 - a partition's batches from one connection are in the log in the order they were sent;
 - offsets are dense, and every replica holds the leader's log (up to its end);
 - what a consumer read is what the log holds at that offset (nothing read above the high
@@ -21,6 +22,7 @@ from collections import Counter
 from kafka.record.default_records import DefaultRecordBatch
 
 from broker.diskless.batches import batch_pieces
+from broker.groups.records import OFFSETS_TOPIC
 
 from .cluster import SimCluster
 from .metadata import MetadataFaults
@@ -43,6 +45,9 @@ async def settle(cluster: SimCluster, keys: list[Key], restart_down: bool = True
     if restart_down:
         for node_id in sorted(cluster.down):
             cluster.start(node_id)
+    offsets = cluster.live()[0].broker.catalog.get(OFFSETS_TOPIC) if cluster.live() else None
+    if offsets is not None:  # group offsets are audited too: their partitions must settle
+        keys = [*keys, *((OFFSETS_TOPIC, i) for i in range(offsets.partitions))]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SETTLE_S
     while loop.time() < deadline:
@@ -115,7 +120,7 @@ async def audit(cluster: SimCluster, ledger: Ledger, keys: list[Key]) -> dict[st
             problems.append(f"batch {sent.batch} was refused every time ({[a.outcome for a in sent.attempts]}) "
                             f"but is in the log at {found}")
         ambiguous = sum(1 for a in sent.attempts if a.outcome in ("ambiguous", "pending"))
-        if len(found) > 1 + ambiguous:
+        if len(found) > (1 if sent.idempotent else 1 + ambiguous):
             problems.append(f"batch {sent.batch} appears {len(found)} times: {found}")
     by_connection: dict[tuple[str, Key], list[tuple[int, int, str]]] = {}
     for sent in ledger.sent.values():
@@ -129,6 +134,16 @@ async def audit(cluster: SimCluster, ledger: Ledger, keys: list[Key]) -> dict[st
         if by_order != by_offset:
             problems.append(f"{key[0]}-{key[1]}: batches of connection {connection} are in the log out of the order "
                             f"they were sent: sent {by_order}, logged {by_offset}")
+    by_producer: dict[tuple[str, Key], list[tuple[int, int]]] = {}  # idempotent: (offset, sequence)
+    for sent in ledger.sent.values():
+        if sent.idempotent and where.get(sent.batch):
+            by_producer.setdefault((sent.batch.split("/")[0], sent.key), []).append((where[sent.batch][0][1],
+                                                                                      sent.sequence))
+    for (producer, key), landed in by_producer.items():
+        sequences = [sequence for _offset, sequence in sorted(landed)]
+        if sequences != sorted(sequences):
+            problems.append(f"{key[0]}-{key[1]}: idempotent producer {producer}'s batches are out of sequence "
+                            f"order in the log: {sequences[:30]}")
     for key, consumed in ledger.consumed.items():
         for offset, batch in consumed.items():
             if offset >= min(logs[key], default=0) and logs[key].get(offset) != batch:

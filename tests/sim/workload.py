@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker.protocol.errors import ErrorCode
@@ -29,7 +29,7 @@ from .cluster import SimCluster
 from .determinism import SimRandom
 from .kafka import ConnectionLost, SimConnection
 
-PRODUCE_V, FETCH_V, METADATA_V, COMMIT_V, OFFSET_FETCH_V, FIND_COORDINATOR_V = 9, 12, 12, 8, 8, 3
+PRODUCE_V, FETCH_V, METADATA_V, COMMIT_V, OFFSET_FETCH_V, FIND_COORDINATOR_V, INIT_PRODUCER_ID_V = 9, 12, 12, 8, 8, 3, 4
 MAX_IN_FLIGHT = 5  # per connection, as librdkafka's default for idempotence
 
 Key = tuple[str, int]  # (topic, partition)
@@ -40,6 +40,7 @@ class Attempt:
     connection: str  # "<producer>#<connection number>"
     order: int  # position in that connection's sends to this partition
     outcome: str = "pending"  # acked | definite (refused: not appended) | ambiguous (may be appended)
+    error: int = 0  # the error code answered, if any
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Sent:
     key: Key
     attempts: list[Attempt] = field(default_factory=list)
     acked_offset: int | None = None  # the base offset the broker answered with
+    idempotent: bool = False  # sent with a producer id and sequence: at most once, in sequence order
+    sequence: int = -1
 
     @property
     def may_be_appended(self) -> bool:
@@ -138,9 +141,10 @@ AMBIGUOUS_ERRORS = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_A
 MAX_ATTEMPTS = 3
 
 
-def make_batch(value: str, now_ms: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+def make_batch(value: str, now_ms: int, producer_id: int = -1, sequence: int = -1) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
+                                        producer_epoch=0 if producer_id >= 0 else -1, base_sequence=sequence,
+                                        batch_size=1 << 20)
     builder.append(0, timestamp=now_ms, key=None, value=value.encode(), headers=[])
     return bytes(builder.build())
 
@@ -216,6 +220,92 @@ async def produce(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
                 attempt.outcome = "ambiguous"
 
 
+async def produce_idempotent(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str,
+                             partitions: list[Key], until_s: float) -> None:
+    """An idempotent producer (a producer id, a sequence per partition), one batch in flight
+    per partition: a batch is retried with its sequence until it is acknowledged, so each
+    must land exactly once, in sequence order, whatever the brokers go through."""
+    loop = asyncio.get_running_loop()
+    client_id = f"{name},shoal_az={az}"
+    metadata = Metadata(cluster, az, client_id, rng.fork("metadata"))
+    connections = Connections(cluster, client_id)
+    producer_id = -1
+    next_sequence = dict.fromkeys(partitions, 0)
+    current: dict[Key, Sent] = {}  # the batch in flight or to retry, per partition
+    in_flight: set[Key] = set()
+    stale = True
+    while loop.time() < until_s:
+        if producer_id < 0:
+            producer_id = await _init_producer_id(cluster, connections, rng)
+            if producer_id < 0:
+                await asyncio.sleep(0.25)
+                continue
+        if stale:
+            stale = not await metadata.refresh()
+            if stale:
+                await asyncio.sleep(0.25)
+                continue
+        idle = [key for key in partitions if key not in in_flight and key in metadata.leaders]
+        if not idle:
+            await asyncio.sleep(0.01)
+            continue
+        key = idle[rng.randrange(len(idle))]
+        node_id = metadata.leaders[key]
+        try:
+            conn = connections.get(node_id)
+        except ConnectionLost:
+            stale = True
+            await asyncio.sleep(0.2)
+            continue
+        sent = current.get(key)
+        if sent is None:
+            sequence = next_sequence[key]
+            next_sequence[key] += 1
+            sent = current[key] = ledger.sent.setdefault(f"{name}/{key[0]}-{key[1]}/{sequence}", Sent(
+                f"{name}/{key[0]}-{key[1]}/{sequence}", key, idempotent=True, sequence=sequence))
+        sent.attempts.append(Attempt(f"{name}#{connections.opened}", len(sent.attempts) + 1))
+        request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+            ProduceRequest.TopicProduceData(name=key[0], partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=key[1], records=make_batch(sent.batch, cluster.sim.clock.now_ms(), producer_id,
+                                                     sent.sequence))])])
+        in_flight.add(key)
+
+        async def answered(key: Key, sent: Sent, answer: asyncio.Future[Any]) -> None:
+            nonlocal stale
+            try:
+                refresh = await _produced(answer, [sent], [])
+                stale = stale or refresh
+                if sent.attempts[-1].outcome == "acked":
+                    del current[key]
+                elif sent.attempts[-1].error in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                                 ErrorCode.INVALID_PRODUCER_EPOCH):
+                    ledger.violation(f"{name}: {ErrorCode(sent.attempts[-1].error).name} for {sent.batch} "
+                                     "(its predecessors were all acknowledged)")
+                    del current[key]  # a client would bump its epoch; the run goes on
+            finally:
+                in_flight.discard(key)
+
+        loop.create_task(answered(key, sent, conn.send(request, PRODUCE_V)))
+        await asyncio.sleep(rng.between((0.001, 0.03)))
+    connections.close_all()
+    while in_flight:
+        await asyncio.sleep(0.1)
+
+
+async def _init_producer_id(cluster: SimCluster, connections: Connections, rng: SimRandom) -> int:
+    live = cluster.live()
+    if not live:
+        return -1
+    target = live[rng.randrange(len(live))]
+    try:
+        response = await connections.get(target.node_id).request(
+            InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), INIT_PRODUCER_ID_V)
+    except ConnectionLost:
+        return -1
+    return response.producer_id if response.error_code == 0 else -1
+
+
 async def _produced(answer: asyncio.Future[Any], batches: list[Sent], retries: list[Sent]) -> bool:
     """Note each batch's outcome; True when the metadata needs a refresh."""
     try:
@@ -234,6 +324,7 @@ async def _produced(answer: asyncio.Future[Any], batches: list[Sent], retries: l
             sent.acked_offset = result.base_offset
             continue
         sent.attempts[-1].outcome = "ambiguous" if result.error_code in AMBIGUOUS_ERRORS else "definite"
+        sent.attempts[-1].error = result.error_code
         if len(sent.attempts) < MAX_ATTEMPTS:
             retries.append(sent)
     return any(r.error_code in REFRESH_ERRORS for r in results.values())

@@ -25,7 +25,7 @@ from ..network import NetFaults
 from ..objectstore import ObjectStoreFaults
 from ..registry import scenario
 from ..runner import Sim
-from ..workload import Key, Ledger, commit_offsets, consume, produce
+from ..workload import Key, Ledger, commit_offsets, consume, produce, produce_idempotent
 
 BROKERS = 3
 TOPICS = {"disk": ("true", 2), "classic": ("false", 2)}  # name -> (diskless.enable, partitions)
@@ -117,6 +117,7 @@ async def cluster(sim: Sim) -> dict[str, int]:
         clients = rng.fork("clients")
         tasks = [loop.create_task(produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s))
                  for i in range(2)]
+        tasks.append(loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], keys, until_s)))
         tasks += [loop.create_task(consume(built, ledger, clients.fork(f"c{k}"), f"c{k[0]}{k[1]}", azs[i % len(azs)], k,
                                            lambda: loop.time() > until_s)) for i, k in enumerate(keys)]
         tasks.append(loop.create_task(commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders",
