@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .clock import Clock
-from .log import EntryKind, PartitionLog
+from .log import EntryKind, LogClosedError, PartitionLog
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .producers import DuplicateBatch, ProducerStateManager
 from .protocol import batch as batches
@@ -330,9 +330,13 @@ class Partition:
                 if first_offset < 0:
                     first_offset = result.base_offset
                 appended += header.size
-        except BaseException:
+        except BaseException as exc:
             if self.log.log_end_offset > start:
                 self._roll_back(start)
+            if isinstance(exc, (OSError, LogClosedError)):  # the disk, not the request: retriable, as Kafka says
+                raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                               f"{self.topic}-{self.index}: the log could not be written, nothing was appended: {exc}"
+                               ) from exc
             raise
         if appended:
             self.advance_high_watermark()

@@ -13,7 +13,8 @@ the same directory. Clients talk to a broker through its real listener code
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,7 +164,7 @@ class SimCluster:
     def crash(self, node_id: int) -> None:
         """kill -9 (the process's data-dir lock goes with it)."""
         crash(self.sim.loop, self.brokers[node_id].node, self.network)
-        self._release_lock(node_id)
+        self._release_files(node_id)
         self._reset_clients(node_id)
         self.down.add(node_id)
         self.sim.trace.record("cluster", "broker %d killed", node_id)
@@ -179,7 +180,7 @@ class SimCluster:
                     self.sim.trace.record("cluster", "broker %d exited at start (%s): starting it again", node_id,
                                           started.exception())
                     crash(self.sim.loop, sim_broker.node, self.network)
-                    self._release_lock(node_id)
+                    self._release_files(node_id)
                     self._reset_clients(node_id)
                     self.start(node_id)
 
@@ -187,10 +188,34 @@ class SimCluster:
         for conn in self.client_connections.pop(node_id, []):
             conn.reset("connection reset by peer (the broker process died)")
 
-    def _release_lock(self, node_id: int) -> None:
-        data_dir = self.brokers[node_id].broker.data_dir
-        if data_dir is not None:
-            data_dir.close()
+    def _release_files(self, node_id: int) -> None:
+        """What the kernel does when a process dies: its file descriptors close (so its
+        data-dir lock goes), nothing is flushed."""
+        broker = self.brokers[node_id].broker
+        for partition in broker.replicas.partitions.values():
+            partition.log._close_without_flush()
+        if broker.data_dir is not None:
+            broker.data_dir.close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator["SimCluster"]:
+        """The cluster's lifetime in a scenario: supervised while it runs, every process
+        gone at the end, however the scenario ends."""
+        supervisor = asyncio.get_running_loop().create_task(self.supervise(), name="supervisor")
+        try:
+            yield self
+        finally:
+            supervisor.cancel()
+            self.close()
+
+    def close(self) -> None:
+        """The end of the run: every broker process goes (thousands of seeds run in one
+        process, which must not keep their files open)."""
+        for node_id in sorted(self.brokers):
+            if node_id not in self.down:
+                crash(self.sim.loop, self.brokers[node_id].node, self.network)
+                self._release_files(node_id)
+                self.down.add(node_id)
 
     def live(self) -> list[SimBroker]:
         return [b for i, b in sorted(self.brokers.items()) if i not in self.down and b.running]

@@ -129,8 +129,9 @@ def test_a_failed_write_mid_append_is_cut_back(tmp_path: Path, clock: ManualCloc
         return real_append(*args, **kwargs)
 
     partition.log.append = failing_second  # type: ignore[method-assign]
-    with pytest.raises(OSError):
+    with pytest.raises(ApiError) as failed:
         partition.append_records(memoryview(bytes(batch(0)) + bytes(batch(2))), acks=1)
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     partition.log.append = real_append  # type: ignore[method-assign]
     assert partition.log.log_end_offset == 0
     assert partition.append_records(memoryview(bytes(batch(0)) + bytes(batch(2))), acks=1).base_offset == 0

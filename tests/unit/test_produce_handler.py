@@ -15,6 +15,7 @@ from broker.handlers import produce
 from broker.metadata.records import PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
 from broker.partition import Partition
+from broker.protocol.errors import ErrorCode
 from broker.topic_config import effective
 from broker.topics import Topic
 from tests.unit.test_wal_writer import TOPIC_ID, Rig
@@ -109,4 +110,31 @@ def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None
         assert await asyncio.wait_for(second, 5) is None
         await rig.writer.close()
         assert rig.partitions[0].log.log_end_offset == 2
+    asyncio.run(scenario())
+
+
+def test_a_disk_error_on_a_classic_partition_is_its_kafka_storage_error(tmp_path: Path) -> None:
+    """Found by the simulation (cluster seed 374): an OSError from a classic partition's log
+    escaped the handler, which closed the client's connection instead of answering
+    KAFKA_STORAGE_ERROR (retriable) for that partition."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
+        classic = Partition.open("c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000,
+                                 on_append=lambda p: None)
+        classic.make_leader(0, PartitionStateRecord(1, [0], 0, 1, [0]), 1)
+
+        def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise OSError(5, "Input/output error")
+
+        classic.log.append = failing  # type: ignore[method-assign]
+        topics = {"c": Topic("c", CLASSIC_ID, 1, {}, classic_settings)}
+        broker = SimpleNamespace(metrics=rig.metrics, clock=rig.clock, wal=rig.writer, node_id=0,
+                                 router=SimpleNamespace(client_az=lambda header: ("az1", False)),
+                                 catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
+                                 replicas=SimpleNamespace(get=lambda name, index: classic))
+        response = await produce.handle(broker, SimpleNamespace(peer="p", client_id="c"),
+                                        request(-1, ("c", plain_batch(b"x", rig.clock.now_ms()))))
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert classic.log.log_end_offset == 0
     asyncio.run(scenario())

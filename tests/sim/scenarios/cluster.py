@@ -99,31 +99,30 @@ async def cluster(sim: Sim) -> dict[str, int]:
                              settings={"offsets.topic.compaction.min.records": str(5 + rng.randrange(20))},
                              metadata_faults=MetadataFaults.none(), object_faults=ObjectStoreFaults.none(),
                              net_faults=NetFaults.none())
-    supervisor = asyncio.get_running_loop().create_task(built.supervise())
-    for node_id in range(BROKERS):
-        built.start(node_id)
-    await built.wait_started()
-    keys = await create_topics(built)
-    weather = rng.fork("weather")  # from here on, things fail
-    built.metadata.faults = MetadataFaults(unavailable_p=weather.choice([0.0, 0.02]),
-                                           ambiguous_p=weather.choice([0.0, 0.05, 0.2]),
-                                           watch_break_p=weather.choice([0.0, 0.01]))
-    built.objects.faulty.faults = weather.choice([ObjectStoreFaults(), ObjectStoreFaults.flaky()])
-    built.network.faults = weather.choice([NetFaults(), NetFaults.flaky()])
-    ledger = Ledger()
-    loop = asyncio.get_running_loop()
-    until_s = loop.time() + TRAFFIC_S
-    with failing_disks(rng.fork("disks"), weather.choice([0.0, 0.003, 0.01])):
-        clients = rng.fork("clients")
-        tasks = [loop.create_task(produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s))
-                 for i in range(2)]
-        tasks.append(loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], keys, until_s)))
-        tasks += [loop.create_task(consume(built, ledger, clients.fork(f"c{k}"), f"c{k[0]}{k[1]}", azs[i % len(azs)], k,
-                                           lambda: loop.time() > until_s)) for i, k in enumerate(keys)]
-        tasks.append(loop.create_task(commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders",
-                                                     keys, until_s)))
-        tasks.append(loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)))
-        await asyncio.gather(*tasks)
-        await settle(built, keys)
-    supervisor.cancel()
-    return await audit(built, ledger, keys)
+    with built.running():
+        for node_id in range(BROKERS):
+            built.start(node_id)
+        await built.wait_started()
+        keys = await create_topics(built)
+        weather = rng.fork("weather")  # from here on, things fail
+        built.metadata.faults = MetadataFaults(unavailable_p=weather.choice([0.0, 0.02]),
+                                               ambiguous_p=weather.choice([0.0, 0.05, 0.2]),
+                                               watch_break_p=weather.choice([0.0, 0.01]))
+        built.objects.faulty.faults = weather.choice([ObjectStoreFaults(), ObjectStoreFaults.flaky()])
+        built.network.faults = weather.choice([NetFaults(), NetFaults.flaky()])
+        ledger = Ledger()
+        loop = asyncio.get_running_loop()
+        until_s = loop.time() + TRAFFIC_S
+        with failing_disks(rng.fork("disks"), weather.choice([0.0, 0.003, 0.01])):
+            clients = rng.fork("clients")
+            tasks = [loop.create_task(produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s))
+                     for i in range(2)]
+            tasks.append(loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], keys, until_s)))
+            tasks += [loop.create_task(consume(built, ledger, clients.fork(f"c{k}"), f"c{k[0]}{k[1]}", azs[i % len(azs)], k,
+                                               lambda: loop.time() > until_s)) for i, k in enumerate(keys)]
+            tasks.append(loop.create_task(commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders",
+                                                         keys, until_s)))
+            tasks.append(loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)))
+            await asyncio.gather(*tasks)
+            await settle(built, keys)
+        return await audit(built, ledger, keys)

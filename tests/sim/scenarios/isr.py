@@ -69,27 +69,26 @@ async def isr(sim: Sim) -> dict[str, int]:
     cluster = SimCluster.build(sim, azs=["az1"], settings={"replica.lag.time.max.ms": "3000"},
                                metadata_faults=MetadataFaults.none(), object_faults=ObjectStoreFaults.none(),
                                net_faults=NetFaults.none())
-    supervisor = asyncio.get_running_loop().create_task(cluster.supervise())
-    for node_id in range(3):
-        cluster.start(node_id)
-    await cluster.wait_started()
-    first = cluster.brokers[LEADER].broker
-    while len(first.view.brokers) < 3:
-        await asyncio.sleep(0.1)
-    diskless = "true" if rng.chance(0.5) else "false"
-    topic = first.catalog.prepare("t", 1, {"diskless.enable": diskless, "min.insync.replicas": "2"})
-    await first.catalog.create(topic, {0: [LEADER, REJOINING, OTHER]})
-    keys: list[Key] = [("t", 0)]
-    while cluster.leader_broker("t", 0) is None:
-        await asyncio.sleep(0.1)
-    ledger = Ledger()
-    loop = asyncio.get_running_loop()
-    until_s = loop.time() + 30.0
-    clients = rng.fork("clients")
-    await asyncio.gather(
-        produce(cluster, ledger, clients.fork("p"), "p", "az1", keys, until_s),
-        consume(cluster, ledger, clients.fork("c"), "c", "az1", keys[0], lambda: loop.time() > until_s),
-        one_round(cluster, rng.fork("round"), str(topic.topic_id)))
-    await settle(cluster, keys)
-    supervisor.cancel()
-    return await audit(cluster, ledger, keys)
+    with cluster.running():
+        for node_id in range(3):
+            cluster.start(node_id)
+        await cluster.wait_started()
+        first = cluster.brokers[LEADER].broker
+        while len(first.view.brokers) < 3:
+            await asyncio.sleep(0.1)
+        diskless = "true" if rng.chance(0.5) else "false"
+        topic = first.catalog.prepare("t", 1, {"diskless.enable": diskless, "min.insync.replicas": "2"})
+        await first.catalog.create(topic, {0: [LEADER, REJOINING, OTHER]})
+        keys: list[Key] = [("t", 0)]
+        while cluster.leader_broker("t", 0) is None:
+            await asyncio.sleep(0.1)
+        ledger = Ledger()
+        loop = asyncio.get_running_loop()
+        until_s = loop.time() + 30.0
+        clients = rng.fork("clients")
+        await asyncio.gather(
+            produce(cluster, ledger, clients.fork("p"), "p", "az1", keys, until_s),
+            consume(cluster, ledger, clients.fork("c"), "c", "az1", keys[0], lambda: loop.time() > until_s),
+            one_round(cluster, rng.fork("round"), str(topic.topic_id)))
+        await settle(cluster, keys)
+        return await audit(cluster, ledger, keys)
