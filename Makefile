@@ -62,6 +62,8 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.produce_consume
 	$(BIN)/python -m tests.bench.groups
 	$(BIN)/python -m tests.bench.diskless
+	$(BIN)/python -m tests.bench.untuned
+	$(BIN)/python -m tests.bench.untuned --only kafka-python --records 50000
 	$(BIN)/python -m tests.bench.cluster
 	$(BIN)/python -m tests.bench.az
 

@@ -204,7 +204,8 @@ class Broker:
                                first_sequence=self.env.random.randrange(SEQUENCE_MODULUS))
         self.wal = WalWriter(self.objects, keys, self.commit_router, self.cache, self.metrics,
                              buffer_max_bytes=config.wal_buffer_max_bytes, linger_ms=config.wal_linger_ms,
-                             max_inflight_bytes=config.wal_max_inflight_bytes)
+                             max_inflight_bytes=config.wal_max_inflight_bytes, quiet_ms=config.wal_quiet_ms,
+                             quiet_min_bytes=config.wal_quiet_min_bytes)
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)
 

@@ -6,8 +6,11 @@ Produce requests for diskless partitions are validated by the handler and handed
 `submit`, which appends their batches, unmodified, to the open buffer (a WalObjectBuilder
 holding references, no copy) and returns one future per partition. The buffer is sealed when
 it reaches `wal.buffer.max.bytes` (so objects are at least that big at full load, at most one
-request's partition data more) or `wal.linger.ms` after its first batch, and uploaded as one
-WAL object with one PUT, however many partitions and producers are in it. Uploads of
+request's partition data more), `wal.linger.ms` after its first batch, or, once it holds
+`wal.quiet.min.bytes`, when no batch arrived for `wal.quiet.ms` while no earlier object is
+being uploaded or committed (its producers are then all waiting for answers, so lingering on
+would only add latency; a busy pipeline means more input is on its way, and the size floor
+keeps PUTs per GiB bounded), and uploaded as one WAL object with one PUT, however many partitions and producers are in it. Uploads of
 successive objects overlap; their commits are sent strictly in seal order, so per-partition
 (and per-producer) order is the arrival order. Offsets are assigned by the leader at commit.
 
@@ -83,6 +86,8 @@ class _OpenObject:
     builder: WalObjectBuilder
     slots: list[_Slot] = field(default_factory=list)
     linger: asyncio.TimerHandle | None = None
+    quiet: asyncio.TimerHandle | None = None
+    last_append: float = 0.0  # loop time of the latest admitted batch
     dispatched: asyncio.Future[None] | None = None  # done once its commit is sent (or it failed)
 
 
@@ -97,7 +102,7 @@ class _Waiting:
 class WalWriter:
     def __init__(self, store: ObjectWriter, keys: WalKeyAllocator, committer: Committer,
                  cache: "ObjectCache | None", metrics: "BrokerMetrics", *, buffer_max_bytes: int,
-                 linger_ms: int, max_inflight_bytes: int) -> None:
+                 linger_ms: int, max_inflight_bytes: int, quiet_ms: int = 0, quiet_min_bytes: int = 0) -> None:
         self._store = store
         self._keys = keys
         self._committer = committer
@@ -105,6 +110,8 @@ class WalWriter:
         self._metrics = metrics
         self._buffer_max_bytes = buffer_max_bytes
         self._linger_s = linger_ms / 1000
+        self._quiet_s = quiet_ms / 1000  # 0: never sealed for quiet
+        self._quiet_min_bytes = quiet_min_bytes
         self._max_inflight_bytes = max_inflight_bytes
         self._open: _OpenObject | None = None
         self._inflight_bytes = 0
@@ -148,11 +155,13 @@ class WalWriter:
         _done(admitted)
         self._inflight_bytes += size
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
+        loop = asyncio.get_running_loop()
         for append, future in zip(appends, futures):
             obj = self._open
             if obj is None:
                 obj = self._open = _OpenObject(WalObjectBuilder())
-                obj.linger = asyncio.get_running_loop().call_later(self._linger_s, self._seal_on_linger, obj)
+                obj.linger = loop.call_later(self._linger_s, self._seal_on_linger, obj)
+            obj.last_append = loop.time()
             commit_batches = []
             for batch, head in append.batches:
                 where = obj.builder.append(append.topic_id, append.partition, batch)
@@ -161,19 +170,45 @@ class WalWriter:
                                    future, append.size))
             if obj.builder.size >= self._buffer_max_bytes:
                 self._seal("size")
+            else:
+                self._arm_quiet(obj)
         self._metrics.wal_buffer_bytes.set(self._open.builder.size if self._open else 0)
 
     def _seal_on_linger(self, obj: _OpenObject) -> None:
         if self._open is obj:
             self._seal("linger")
 
+    def _arm_quiet(self, obj: _OpenObject | None) -> None:
+        """One timer per buffer, pushed back to `wal.quiet.ms` after the latest batch when it
+        fires early (rather than re-armed on every batch, a timer per request)."""
+        if (obj is None or not self._quiet_s or obj.quiet is not None or self._ships
+                or obj.builder.size < self._quiet_min_bytes):
+            return
+        loop = asyncio.get_running_loop()
+        obj.quiet = loop.call_later(max(0.0, obj.last_append + self._quiet_s - loop.time()), self._seal_on_quiet, obj)
+
+    def _seal_on_quiet(self, obj: _OpenObject) -> None:
+        obj.quiet = None
+        if self._open is not obj or self._ships:
+            return  # sealed meanwhile, or re-armed when the pipeline drains (_shipped)
+        if asyncio.get_running_loop().time() - obj.last_append >= self._quiet_s - 1e-6:  # timers may fire a hair early
+            self._seal("quiet")
+        else:
+            self._arm_quiet(obj)
+
+    def _shipped(self, ship: asyncio.Task[None]) -> None:
+        self._ships.discard(ship)
+        if not self._ships:
+            self._arm_quiet(self._open)
+
     def _seal(self, reason: str) -> None:
         obj = self._open
         if obj is None:
             return
         self._open = None
-        if obj.linger is not None:
-            obj.linger.cancel()
+        for timer in (obj.linger, obj.quiet):
+            if timer is not None:
+                timer.cancel()
         self._metrics.wal_buffer_bytes.set(0)
         self._metrics.wal_seals.labels(reason).inc()
         loop = asyncio.get_running_loop()
@@ -181,7 +216,7 @@ class WalWriter:
         ship = loop.create_task(self._ship(obj, self._keys.next(), self._last_dispatched))
         self._last_dispatched = obj.dispatched
         self._ships.add(ship)
-        ship.add_done_callback(self._ships.discard)
+        ship.add_done_callback(self._shipped)
 
     async def _ship(self, obj: _OpenObject, key: WalKey, previous: asyncio.Future[None] | None) -> None:
         """Upload, then commit once the previous object's commit is sent: one PUT, one commit

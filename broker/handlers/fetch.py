@@ -22,13 +22,12 @@ from ..diskless.batches import batch_pieces
 from ..log import EntryKind, OffsetOutOfRangeError
 from ..protocol.errors import ApiError, ErrorCode
 from .common import resolve_topic
-from .remote_reads import Wanted, read_remote
+from .remote_reads import RemoteRead, Wanted, read_remote
 from .registry import api
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 READ_COMMITTED = 1
-REMOTE_POLL_S = 0.1  # a fetch mixing hosted and remote partitions asks the remote ones this often
 SERVED_KINDS = (EntryKind.RECORDS, EntryKind.COORDINATES)
 logger = logging.getLogger(__name__)
 
@@ -50,18 +49,36 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     wanted_remote = _remote_partitions(broker, request)
     only_remote = len(wanted_remote) == sum(len(t.partitions) for t in request.topics)
+    remote: dict[tuple[str, int], RemoteRead] | None = None
     while True:
-        remote = {}
-        if wanted_remote:  # a lone remote read long-polls at the replica; mixed ones poll
+        if wanted_remote and remote is None:  # a lone remote read long-polls at the replica
             wait_ms = int(max(deadline - loop.time(), 0) * 1000) if only_remote else 0
             remote = await read_remote(broker, wanted_remote, wait_ms)
-        topics, total_bytes, has_error, keys, found = _read_all(broker, request, remote)
+        topics, total_bytes, has_error, keys, found = _read_all(broker, request, remote or {})
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or has_error or remaining <= 0 or broker.stopping or only_remote:
             await _resolve(broker, found)
             broker.metrics.fetched_bytes.inc(total_bytes)
             return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-        await broker.waiters.wait(keys, min(remaining, REMOTE_POLL_S) if wanted_remote else remaining)
+        if wanted_remote:
+            remote = await _wait_mixed(broker, wanted_remote, keys, remaining)
+        else:
+            await broker.waiters.wait(keys, remaining)
+
+
+async def _wait_mixed(broker, wanted_remote: list[Wanted], keys: list, remaining: float):  # type: ignore[no-untyped-def]
+    """Long-poll the remote partitions at their replicas while waiting for local appends:
+    whichever comes first wakes the fetch, so a commit on either side reaches a tailing
+    consumer at once. Returns the remote answer if it came first (None: read them again)."""
+    polled = asyncio.ensure_future(read_remote(broker, wanted_remote, int(remaining * 1000)))
+    local = asyncio.ensure_future(broker.waiters.wait(keys, remaining))
+    try:
+        await asyncio.wait((polled, local), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (polled, local):
+            if not task.done():
+                task.cancel()
+    return polled.result() if polled.done() and not polled.cancelled() else None
 
 
 def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-untyped-def]

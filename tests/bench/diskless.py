@@ -187,7 +187,7 @@ class Delta:
         return f"CPU (% of one core; 2 cores): {', '.join(parts)}"
 
     def wal_line(self) -> str:
-        reasons = {r: self.d("shoal_wal_seals_total", reason=r) for r in ("size", "linger", "backpressure", "shutdown")}
+        reasons = {r: self.d("shoal_wal_seals_total", reason=r) for r in ("size", "linger", "quiet", "backpressure", "shutdown")}
         objects = self.d("shoal_wal_object_bytes_count")
         mean = self.d("shoal_wal_object_bytes_sum") / objects / 2**20 if objects else float("nan")
         return (f"WAL objects {objects:.0f}, mean {mean:.2f} MiB (seals: "

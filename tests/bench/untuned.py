@@ -64,9 +64,9 @@ def confluent(bootstrap: str, **extra: Any) -> Client:
     return Client(name, send, lambda: producer.poll(0), lambda t: producer.flush(t), lambda: None)
 
 
-def kafka_python(bootstrap: str) -> Client:
+def kafka_python(bootstrap: str, **extra: Any) -> Client:
     from kafka import KafkaProducer
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **extra)
     pending: list[Any] = []
 
     def send(value: bytes, partition: int, done: Callable[[bool], None]) -> None:
@@ -79,7 +79,8 @@ def kafka_python(bootstrap: str) -> Client:
         producer.flush(timeout_s)
         return sum(1 for f in pending if not f.is_done)
 
-    return Client("kafka-python KafkaProducer, defaults (idempotent)", send, lambda: None, flush, producer.close)
+    name = "kafka-python KafkaProducer, defaults" + ("".join(f", {k}={v}" for k, v in extra.items()) or " (idempotent)")
+    return Client(name, send, lambda: None, flush, producer.close)
 
 
 def run_phase(client: Client, records: int, size: int, rate_rps: float = 0.0) -> dict[str, float]:
@@ -120,9 +121,10 @@ def measure(bootstrap: str, probe: Probe, client: Client, args: argparse.Namespa
     full = run_phase(client, args.records, args.size)
     d = probe.delta(s0, probe.snap())
     ingest = full["bytes"] / 2**20 / full["elapsed"]
+    full_puts_per_gib = per_gib(d.puts, full["bytes"])
     print(f"\n[{client.name}]")
     print(f"  full load: {full['records']:,} records in {full['elapsed']:.1f} s: {ingest:.1f} MiB/s "
-          f"({verdict(ingest, TARGETS['ingest'], at_least=True)}); PUTs {per_gib(d.puts, full['bytes']):.1f} per GiB, "
+          f"({verdict(ingest, TARGETS['ingest'], at_least=True)}); PUTs {full_puts_per_gib:.1f} per GiB, "
           f"{d.puts_per_s:.1f} per s")
     print(f"    {d.wal_line()}")
     print(f"    {d.cpu_line()}")
@@ -139,7 +141,7 @@ def measure(bootstrap: str, probe: Probe, client: Client, args: argparse.Namespa
           f"({verdict(p99, TARGETS['e2e_p99_ms'])}; stretch {verdict(p99, TARGETS['e2e_p99_stretch_ms'])}); "
           f"PUTs {d.puts_per_s:.2f} per s")
     print(f"    {d.wal_line()}")
-    return {"ingest": ingest, "full_puts_per_gib": per_gib(d.puts, full["bytes"]), "e2e_p50": p50, "e2e_p99": p99,
+    return {"ingest": ingest, "full_puts_per_gib": full_puts_per_gib, "e2e_p50": p50, "e2e_p99": p99,
             "steady_puts_per_s": d.puts_per_s}
 
 
@@ -151,6 +153,9 @@ def main() -> None:
     parser.add_argument("--e2e-rate", type=float, default=200.0)
     parser.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--only", choices=["confluent", "idempotent", "kafka-python"], action="append")
+    parser.add_argument("--client-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a producer setting on top of the defaults (librdkafka names for confluent, "
+                             "KafkaProducer keyword arguments for kafka-python; integers are passed as such)")
     args = parser.parse_args()
     work_dir = tempfile.mkdtemp(prefix="shoal-bench-untuned-")
     data_dir = os.path.join(work_dir, "data")
@@ -165,9 +170,10 @@ def main() -> None:
                 probe = Probe(metrics_url, {"broker": proc.pid, "moto": moto_pid, "proxy": proxy_pid})
                 print(f"one producer, {PARTITIONS} diskless partitions round-robin, {args.size} B records, acks=all, "
                       "everything else at the client's and the broker's defaults; S3 via moto + 20 ms PUT / 10 ms GET")
-                makers = {"confluent": lambda: confluent(bootstrap),
-                          "idempotent": lambda: confluent(bootstrap, **{"enable.idempotence": True}),
-                          "kafka-python": lambda: kafka_python(bootstrap)}
+                extra = dict(_setting(kv) for kv in args.client_set)
+                makers = {"confluent": lambda: confluent(bootstrap, **extra),
+                          "idempotent": lambda: confluent(bootstrap, **{"enable.idempotence": True, **extra}),
+                          "kafka-python": lambda: kafka_python(bootstrap, **extra)}
                 for key in args.only or list(makers):
                     client = makers[key]()
                     rows.append((client.name, measure(bootstrap, probe, client, args)))
@@ -180,6 +186,11 @@ def main() -> None:
     for name, r in rows:
         print(f"  {name:58} {r['ingest']:6.1f} | {r['full_puts_per_gib']:6.1f} | {r['e2e_p50']:5.0f} / "
               f"{r['e2e_p99']:5.0f} | {r['steady_puts_per_s']:.2f}")
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    key, _, value = text.partition("=")
+    return key, int(value) if value.lstrip("-").isdigit() else value
 
 
 if __name__ == "__main__":

@@ -136,3 +136,48 @@ def _offsets(records: bytes) -> list[int]:
         offsets.append(DefaultRecordBatch(records[position:position + size]).base_offset)
         position += size
     return offsets
+
+
+def test_a_fetch_mixing_hosted_and_remote_partitions_long_polls_both(tmp_path: Path) -> None:
+    """Issue 12 (fetch wake-up): a Fetch for a hosted partition and one this broker reads from
+    another replica waits on both at once: the remote replica is asked once, long-polling
+    (not polled every 100 ms), and a commit there wakes the fetch at once; a local append
+    wakes it too."""
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=1)
+        for index in range(2):
+            rig.partitions[index].topic_id = str(TOPIC_ID)
+            [result] = await asyncio.gather(*rig.writer.submit([rig.append(index, batch(0, producer_id=60 + index))]))
+            assert result.error_code == 0
+        local, remote = rig.partitions[0], rig.partitions[1]
+        peers, leader_waiters = Peers(), FetchWaiters()
+        remote_replicas = SimpleNamespace(get=lambda name, index: remote)
+        peers.services[LEADER] = ReplicaReadService(SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")),
+                                                    remote_replicas, leader_waiters)  # type: ignore[arg-type]
+        broker = broker_view(READER, rig, {("t", 0): local}, peers)
+        broker.catalog = SimpleNamespace(get=lambda name: Topic("t", TOPIC_ID, 2, {}, rig.settings),
+                                         by_id=lambda topic_id: Topic("t", TOPIC_ID, 2, {}, rig.settings))
+        broker.view.partitions[(str(TOPIC_ID), 1)] = PartitionState(STATE, 5)
+
+        def tail(local_offset: int, remote_offset: int):  # type: ignore[no-untyped-def]
+            request = fetch_request(("t", 0, local_offset), ("t", 1, remote_offset))
+            request.max_wait_ms = 30_000
+            return asyncio.ensure_future(fetch.handle(broker, SimpleNamespace(api_version=12, peer="p"), request))
+
+        fetching = tail(2, 2)
+        await asyncio.sleep(0.5)  # long enough for several polls of the remote replica, had it polled
+        assert not fetching.done() and peers.asked == [LEADER, LEADER], "one quick read, then one long poll"
+        [result] = await asyncio.gather(*rig.writer.submit([rig.append(1, batch(2, producer_id=61))]))
+        leader_waiters.notify(remote.key)
+        answer = {p.partition_index: p for p in (await asyncio.wait_for(fetching, 5)).responses[0].partitions}
+        assert result.error_code == 0 and _offsets(answer[1].records) == [2] and answer[0].records in (None, b"")
+
+        fetching = tail(2, 4)
+        await asyncio.sleep(0.1)
+        [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(2, producer_id=60))]))
+        broker.waiters.notify(local.key)
+        answer = {p.partition_index: p for p in (await asyncio.wait_for(fetching, 5)).responses[0].partitions}
+        assert _offsets(answer[0].records) == [2]
+        await asyncio.sleep(0)  # the cancelled long poll cleans up after itself
+        assert not leader_waiters._waiting, "the long poll at the remote replica was withdrawn"
+    asyncio.run(scenario())

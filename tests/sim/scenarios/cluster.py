@@ -96,7 +96,8 @@ async def cluster(sim: Sim) -> dict[str, int]:
     rng = sim.fork("scenario")
     azs = ["az1"] if rng.chance(0.5) else ["az1", "az2", "az3"]
     built = SimCluster.build(sim, azs=azs,
-                             settings={"offsets.topic.compaction.min.records": str(5 + rng.randrange(20))},
+                             settings={"offsets.topic.compaction.min.records": str(5 + rng.randrange(20)),
+                                       "wal.quiet.min.bytes": str(rng.choice([0, 4096, 1 << 20]))},
                              metadata_faults=MetadataFaults.none(), object_faults=ObjectStoreFaults.none(),
                              net_faults=NetFaults.none())
     with built.running():

@@ -5,7 +5,7 @@
 
 Per seed: 1-3 partitions (real logs in the run's temp dir), 1-3 idempotent producers sending
 requests of 1-2 partitions at random virtual times and retrying retriable errors with the
-same sequence numbers, random linger / buffer / in-flight bounds (so seals by linger, size
+same sequence numbers, random linger / quiet / buffer / in-flight bounds (so seals by linger, quiet, size
 and backpressure all happen), and one of four object-store weathers: calm, slow, flaky, or
 flaky with a stall of up to 40 s (longer than the commit deadline once retries pile up).
 
@@ -142,7 +142,8 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
     writer = WalWriter(objects.store, WalKeyAllocator("", CLUSTER, NODE_ID, clock.now_ms, first_sequence=rng.randrange(SEQUENCE_MODULUS)), committer,
                        ObjectCache(1 << 20), BrokerMetrics(),
                        buffer_max_bytes=one_batch * rng.randint(1, 8), linger_ms=rng.randint(1, 50),
-                       max_inflight_bytes=one_batch * rng.choice([2, 4, 16, 1 << 10]))
+                       max_inflight_bytes=one_batch * rng.choice([2, 4, 16, 1 << 10]),
+                       quiet_ms=rng.choice([0, 1, 5, 20]), quiet_min_bytes=one_batch * rng.randint(0, 4))
     sim.trace.record("scenario", "%d partition(s), weather %s, %d attempt(s) of %.0f s", len(partitions), weather,
                      max_attempts, request_timeout_s)
     if weather == "stalls":  # up to 90 s: past the 60 s commit deadline once an upload gets through
