@@ -15,6 +15,7 @@ from .metadata import KeyValue, MetadataStore, RevisionConflict
 from .metadata import records
 from .protocol.errors import ApiError, ErrorCode
 from .topic_config import DISKLESS_ENABLE, TopicSettings, effective, validate_overrides
+from .topic_mode import TopicMode, mode_of
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -45,6 +46,11 @@ class Topic:
     configs: dict[str, str]
     settings: TopicSettings
     internal: bool = False
+
+    @property
+    def mode(self) -> TopicMode:
+        """How the topic's partitions are appended to and served (topic_mode.py)."""
+        return mode_of(self.settings)
 
 
 Listener = Callable[[str, "Topic | None"], Awaitable[None]]

@@ -18,9 +18,11 @@ import logging
 
 from kafka.protocol.consumer import FetchResponse
 
-from ..diskless.batches import batch_pieces
-from ..log import EntryKind, OffsetOutOfRangeError
+from ..log import OffsetOutOfRangeError
 from ..protocol.errors import ApiError, ErrorCode
+from ..reads.fencing import check_leader_epoch
+from ..reads.replica_policy import fetch_replica, fetches_elsewhere, is_authoritative
+from ..reads.resolver import SERVED_KINDS, batch_pieces
 from .common import resolve_topic
 from .remote_reads import RemoteRead, Wanted, read_remote
 from .registry import api
@@ -28,17 +30,7 @@ from .registry import api
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 READ_COMMITTED = 1
-SERVED_KINDS = (EntryKind.RECORDS, EntryKind.COORDINATES)
 logger = logging.getLogger(__name__)
-
-
-def check_leader_epoch(current_leader_epoch: int, leader_epoch: int) -> None:
-    """Kafka's fencing: an older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH."""
-    if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
-        return
-    if current_leader_epoch < leader_epoch:
-        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, f"epoch {current_leader_epoch} < leader epoch {leader_epoch}")
-    raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"epoch {current_leader_epoch} > leader epoch {leader_epoch}")
 
 
 @api(1)
@@ -82,24 +74,15 @@ async def _wait_mixed(broker, wanted_remote: list[Wanted], keys: list, remaining
 
 
 def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-untyped-def]
-    """Diskless partitions of the request that this broker cannot serve itself: those it does
-    not host, and those whose replica here is a follower that does not hold the offset (a
-    lagging replica must not answer OFFSET_OUT_OF_RANGE to a client that takes it for the
-    leader: the client would reset its offsets)."""
+    """Partitions of the request that this broker cannot serve itself (reads/replica_policy.py)."""
     wanted = []
     for fetch_topic in request.topics:
         try:
             topic = resolve_topic(broker, fetch_topic.topic, fetch_topic.topic_id)
         except ApiError:
             continue
-        if not topic.settings.diskless:
-            continue
         for p in fetch_topic.partitions:
-            if not 0 <= p.partition < topic.partitions:
-                continue
-            hosted = broker.replicas.partitions.get((topic.name, p.partition))
-            if hosted is None or (hosted.leader is None and not
-                                  hosted.log.log_start_offset <= p.fetch_offset <= hosted.log.log_end_offset):
+            if fetches_elsewhere(broker, topic, p.partition, p.fetch_offset):
                 wanted.append((topic.name, p.partition, str(topic.topic_id), p.fetch_offset, p.partition_max_bytes))
     return wanted
 
@@ -109,7 +92,7 @@ async def _resolve(broker, found):  # type: ignore[no-untyped-def]
     A batch that cannot be read (its object missing or damaged) ends its partition's answer
     there: the batches before it are served, and a partition with none gets
     KAFKA_STORAGE_ERROR (retriable); every other partition is served as usual."""
-    outcomes = iter(await batch_pieces(broker.wal_reader, [e for _response, entries in found for e in entries]))
+    outcomes = iter(await batch_pieces(broker, [e for _response, entries in found for e in entries]))
     for response, entries in found:
         served: list = []
         failure = None
@@ -155,10 +138,7 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
                         raise ApiError(ErrorCode(log.error_code), "remote replica read failed")
                     entries = _within(log.entries, limit, first_batch_pending)
                 else:
-                    # Diskless partitions may be read from any replica (their records are in
-                    # the object store); classic ones from the leader only.
-                    partition = broker.replicas.get(topic.name, index) if topic.settings.diskless \
-                        else broker.replicas.leader(topic.name, index)
+                    partition = fetch_replica(broker, topic, index)
                     check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
                     log = partition.log
                     entries = _read_local(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
@@ -200,7 +180,7 @@ def _read_local(partition, offset: int, limit: int, first_batch_pending: bool): 
             return []
         entries = log.read(offset, limit, log.high_watermark)
     except OffsetOutOfRangeError:
-        if partition.leader is None:
+        if not is_authoritative(partition):
             return []
         raise
     return [] if entries and entries[0].header.size > limit else entries

@@ -16,26 +16,11 @@ from ..protocol.messages import REQUEST_CLASSES, RESPONSE_CLASSES
 from ..replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
 from ..rpc import RpcError, RpcUnavailable
 from . import registry
-from .remote_reads import leader_of
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from ..topics import Topic
 
 FORWARD_TIMEOUT_S = 30.0
-
-
-def forward_target(broker: "Broker", header: RequestHeader, topic: "Topic", index: int) -> int | None:
-    """The broker to ask about this diskless partition, or None to answer here: its leader,
-    when this broker is not it. A follower's log end and epoch history may lag the leader's
-    (it restarted, or is catching up), and a client that takes this broker for the leader
-    would act on them: reset its offsets, or see a truncation that did not happen."""
-    if header.forwarded or not topic.settings.diskless or not 0 <= index < topic.partitions:
-        return None
-    hosted = broker.replicas.partitions.get((topic.name, index))
-    if hosted is not None and hosted.leader is not None:
-        return None
-    return leader_of(broker, str(topic.topic_id), index)
 
 
 def sub_request(request: Any, topics_attr: str, partitions_attr: str, wanted: list[tuple[int, int]]) -> Any:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
-from ..diskless.batches import batch_pieces
 from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
 from ..protocol.errors import ApiError, ErrorCode
-from .fetch import check_leader_epoch
-from .forwarding import Forwarded, forward_target
+from ..reads.fencing import check_leader_epoch
+from ..reads.replica_policy import forward_target
+from ..reads.resolver import batch_pieces
+from .forwarding import Forwarded
 from .registry import api
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
@@ -76,7 +77,7 @@ async def _first_record_at_or_after(broker, entry, target: int, exact: bool) -> 
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         return header.base_offset, header.max_timestamp
-    [pieces] = await batch_pieces(broker.wal_reader, [entry])
+    [pieces] = await batch_pieces(broker, [entry])
     if isinstance(pieces, Exception):
         raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {pieces}")
     for record in DefaultRecordBatch(b"".join(pieces)):

@@ -76,7 +76,7 @@ def _describe(broker, topic: Topic, client_az: str | None):  # type: ignore[no-u
         record = state.record
         error = ErrorCode.NONE if record.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
         leader = record.leader if record.leader in live else -1
-        if topic.settings.diskless and leader >= 0:
+        if topic.mode.serves_by_az and leader >= 0:
             leader = broker.router.representative(str(topic.topic_id), index, leader, client_az)
         partitions.append(_Partition(error_code=error, partition_index=index, leader_id=leader,
                                      leader_epoch=record.leader_epoch, replica_nodes=list(record.replicas),

@@ -9,8 +9,9 @@ from __future__ import annotations
 from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 
 from ..protocol.errors import ApiError, ErrorCode
-from .fetch import check_leader_epoch
-from .forwarding import Forwarded, forward_target
+from ..reads.fencing import check_leader_epoch
+from ..reads.replica_policy import forward_target
+from .forwarding import Forwarded
 from .registry import api
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult

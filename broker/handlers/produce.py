@@ -49,7 +49,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                 if topic is None:
                     raise topic_error
                 records = memoryview(data.records if data.records is not None else b"")
-                if topic.settings.diskless:
+                if topic.mode.appends_to_wal:
                     _check_representative(broker, topic, data.index, client_az)
                     prepared = prepare_diskless(records, topic.settings, broker.clock.now_ms())
                     diskless.append((results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared)))

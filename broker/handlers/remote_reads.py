@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..log import EntryKind, LogEntry
 from ..protocol.batch import parse_header
 from ..protocol.errors import ErrorCode
+from ..reads.replica_policy import ReplicaSite, leader_of, source_replica
 from ..replication.messages import REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest
 from ..rpc import RpcError, RpcUnavailable
 
@@ -37,31 +38,6 @@ class RemoteRead:
         self.entries = [LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries]
 
 
-def source_replica(broker: "Broker", topic_id: str, partition: int) -> int | None:
-    """Who serves a partition's entries to this broker when it cannot: an in-sync replica
-    in its AZ (the leader first), else the leader; never this broker itself."""
-    state = broker.view.partitions.get((topic_id, partition))
-    if state is None:
-        return None
-    record = state.record
-    live = broker.view.brokers
-    me = broker.config.node_id
-    in_sync = [r for r in [record.leader, *record.isr]
-               if r != me and r in live and live[r].az == broker.config.az]
-    if in_sync:
-        return in_sync[0]
-    return record.leader if record.leader != me and record.leader in live else None
-
-
-def leader_of(broker: "Broker", topic_id: str, partition: int) -> int | None:
-    """The partition's live leader, if it is another broker."""
-    state = broker.view.partitions.get((topic_id, partition))
-    if state is None:
-        return None
-    leader = state.record.leader
-    return leader if leader != broker.config.node_id and leader in broker.view.brokers else None
-
-
 async def read_remote(broker: "Broker", wanted: list[Wanted], max_wait_ms: int) -> dict[tuple[str, int], RemoteRead]:
     """Entries for every wanted partition, one RPC per source broker, concurrently. A source
     that is not the leader serves only offsets it holds; for the others it answers
@@ -78,7 +54,7 @@ async def read_remote(broker: "Broker", wanted: list[Wanted], max_wait_ms: int) 
 
 
 async def _ask_sources(broker: "Broker", wanted: list[Wanted], max_wait_ms: int,
-                       choose: Callable[["Broker", str, int], int | None]) -> dict[tuple[str, int], RemoteRead]:
+                       choose: Callable[[ReplicaSite, str, int], int | None]) -> dict[tuple[str, int], RemoteRead]:
     by_source: dict[int, list[Wanted]] = {}
     answers: dict[tuple[str, int], RemoteRead] = {}
     for item in wanted:

@@ -16,7 +16,8 @@ import uuid
 from typing import TYPE_CHECKING
 
 from ..log import OffsetOutOfRangeError
-from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.errors import ApiError
+from ..reads.fencing import check_leader_epoch
 from .divergence import check_fetch_position
 from .messages import (
     REPLICATION_VERSION,
@@ -80,10 +81,7 @@ class ReplicaFetchService:
         partition = None
         try:
             partition = self._replicas.leader(self._name(wanted), wanted.partition)
-            if wanted.current_leader_epoch != partition.leader_epoch:
-                code = ErrorCode.FENCED_LEADER_EPOCH if wanted.current_leader_epoch < partition.leader_epoch \
-                    else ErrorCode.UNKNOWN_LEADER_EPOCH
-                raise ApiError(code, f"follower epoch {wanted.current_leader_epoch}, leader epoch {partition.leader_epoch}")
+            check_leader_epoch(wanted.current_leader_epoch, partition.leader_epoch)
             log = partition.log
             leo = log.log_end_offset
             if wanted.fetch_offset < log.log_start_offset:

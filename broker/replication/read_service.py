@@ -15,16 +15,15 @@ import asyncio
 import uuid
 from typing import TYPE_CHECKING
 
-from ..log import EntryKind
 from ..protocol.errors import ApiError, ErrorCode
+from ..reads.replica_policy import holds, is_authoritative
+from ..reads.resolver import SERVED_KINDS
 from .messages import REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
 
 if TYPE_CHECKING:
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
     from ..waiters import FetchWaiters
-
-SERVED_KINDS = (EntryKind.RECORDS, EntryKind.COORDINATES)
 
 
 class ReplicaReadService:
@@ -57,8 +56,8 @@ class ReplicaReadService:
             partition = self._replicas.get(self._name(wanted), wanted.partition)
             log = partition.log
             hw = log.high_watermark
-            if not log.log_start_offset <= wanted.fetch_offset <= log.log_end_offset:
-                if partition.leader is None:  # only the leader knows whether the offset is valid
+            if not holds(partition, wanted.fetch_offset):
+                if not is_authoritative(partition):  # only the leader knows whether the offset is valid
                     raise ApiError(ErrorCode.OFFSET_NOT_AVAILABLE,
                                    f"this replica holds [{log.log_start_offset}, {log.log_end_offset}]: "
                                    f"ask the leader for offset {wanted.fetch_offset}")

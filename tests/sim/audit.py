@@ -21,8 +21,8 @@ from collections import Counter
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker.diskless.batches import batch_pieces
 from broker.groups.records import OFFSETS_TOPIC
+from broker.reads.resolver import batch_pieces
 
 from .cluster import SimCluster
 from .metadata import MetadataFaults
@@ -93,7 +93,7 @@ async def read_log(cluster: SimCluster, key: Key) -> dict[int, str]:
         assert [bytes(e.data) for e in theirs] == [bytes(e.data) for e in entries], \
             f"{key}: broker {node_id}'s copy differs from the leader's"
     found: dict[int, str] = {}
-    for entry, pieces in zip(entries, await batch_pieces(leader.wal_reader, entries)):
+    for entry, pieces in zip(entries, await batch_pieces(leader, entries)):
         assert not isinstance(pieces, Exception), f"{key}: batch at {entry.base_offset} unreadable: {pieces}"
         record = next(iter(DefaultRecordBatch(b"".join(pieces))))
         found[entry.base_offset] = record.value.decode()

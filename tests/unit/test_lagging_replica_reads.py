@@ -13,11 +13,11 @@ import msgspec
 
 from broker.cluster.view import PartitionState
 from broker.handlers import fetch
-from broker.handlers.forwarding import forward_target
 from broker.metadata.records import BrokerRecord, PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
+from broker.reads.replica_policy import forward_target
 from broker.replication.messages import ReplicaReadResponse
 from broker.replication.read_service import ReplicaReadService
 from broker.topics import Topic

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
 from broker.clock import ManualClock
 from broker.config import load_config
-from broker.diskless.batches import batch_pieces
 from broker.diskless.cache import ObjectCache
 from broker.diskless.commit import CommitRequest, LocalCommitter, PendingCommit
 from broker.diskless.reader import WalReader
@@ -25,6 +25,7 @@ from broker.objectstore import MemoryObjectStore, ObjectStoreUnavailable
 from broker.partition import Partition, prepare_diskless
 from broker.protocol.batch import crc_is_valid, parse_header
 from broker.protocol.errors import ErrorCode
+from broker.reads.resolver import batch_pieces
 from broker.topic_config import effective
 from tests.unit.test_partition import CLOCK_START, batch, lead
 from walfiles.format import read_object
@@ -77,7 +78,7 @@ class Rig:
         log = self.partitions[index].log
         entries = log.read(log.log_start_offset, 1 << 30, log.high_watermark)
         assert all(e.kind == EntryKind.COORDINATES for e in entries)
-        pieces = await batch_pieces(self.reader, entries)
+        pieces = await batch_pieces(SimpleNamespace(wal_reader=self.reader), entries)
         assert not any(isinstance(p, Exception) for p in pieces), pieces
         return [b"".join(p) for p in pieces]  # type: ignore[arg-type]
 
