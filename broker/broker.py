@@ -68,7 +68,7 @@ class Broker:
         self.clock: Clock = env.clock
         self.store: MetadataStore = env.metadata
         self.catalog = TopicCatalog(self.store, config, new_uuid=env.new_uuid)
-        self.view = ClusterView(self.store, self.catalog)
+        self.view = ClusterView(self.store, self.catalog, self.clock)
         self.catalog.on_states_written = self._apply_written
         self.waiters = FetchWaiters()
         self.replicas = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters,
@@ -76,7 +76,7 @@ class Broker:
         self.incarnation = env.new_uuid().hex
         self.router = AzRouter(self.view, config.az)
         self.membership = Membership(self.store, self._registration(), config.broker_session_timeout_ms,
-                                     config.broker_heartbeat_interval_ms, self.view.apply_put)
+                                     config.broker_heartbeat_interval_ms, self.view.apply_put, self.clock)
         self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock,
                                      env.random)
         self.isr = IsrUpdater(self.store, self.view, self.replicas, self.clock, config.replica_lag_time_max_ms)
@@ -205,7 +205,7 @@ class Broker:
         self.wal = WalWriter(self.objects, keys, self.commit_router, self.cache, self.metrics,
                              buffer_max_bytes=config.wal_buffer_max_bytes, linger_ms=config.wal_linger_ms,
                              max_inflight_bytes=config.wal_max_inflight_bytes, quiet_ms=config.wal_quiet_ms,
-                             quiet_min_bytes=config.wal_quiet_min_bytes)
+                             quiet_min_bytes=config.wal_quiet_min_bytes, clock=self.clock)
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)
 

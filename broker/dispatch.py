@@ -8,7 +8,6 @@ no longer be trusted; the server closes that connection and keeps serving the ot
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -57,7 +56,7 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
         request = decode_request(api_key, api_version, frame, body_offset)
     except Exception as exc:  # the decoder raises many types on garbage; all mean "malformed"
         raise ConnectionFault(f"malformed request (API {api_key} v{api_version}): {exc!r}") from None
-    started = time.perf_counter()
+    started = broker.clock.monotonic()
     try:
         response = await handler.fn(broker, header, request)
     except ConnectionFault:
@@ -67,7 +66,7 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
                       header.client_id, peer)
         raise ConnectionFault("internal error while handling the request") from None
     finally:
-        broker.metrics.observe_request(api_key, time.perf_counter() - started)
+        broker.metrics.observe_request(api_key, broker.clock.monotonic() - started)
     client_az, named = broker.router.client_az(header)
     if response is None:
         broker.cross_az.client_bytes(client_az, named, len(frame))

@@ -11,7 +11,6 @@ them reads the wall clock, draws random numbers or makes ids on its own.
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .clock import Clock, SystemClock
 from .metadata import MetadataStore, open_store
 from .objectstore import ObjectStore, RequestObserver, open_object_store
+from .randomness import Random, new_uuid
 from .rpc import RpcClientPool, RpcServer
 from .rpc.server import OnBytes
 
@@ -62,24 +62,25 @@ class TcpPeers:
 @dataclass
 class Environment:
     clock: Clock
-    random: random.Random  # placement starts, jitter: anything drawn
+    random: Random  # placement starts, jitter: anything drawn
     metadata: MetadataStore
     objects: ObjectStore
     peers: PeerTransport
 
     def new_uuid(self) -> uuid.UUID:
         """A random (version 4) UUID from `random`: topic ids, incarnations, cluster ids."""
-        return uuid.UUID(int=self.random.getrandbits(128), version=4)
+        return new_uuid(self.random)
 
     @classmethod
     def for_process(cls, config: "BrokerConfig", on_object_request: RequestObserver | None = None) -> "Environment":
         from .peer_service import PeerRequest, PeerResponse  # late: peer_service imports most of the broker
 
+        clock, rng = SystemClock(), Random()
         return cls(
-            clock=SystemClock(),
-            random=random.Random(),
-            metadata=open_store(config),
+            clock=clock,
+            random=rng,
+            metadata=open_store(config, clock),
             objects=open_object_store(config.object_store_url, max_concurrency=config.object_store_max_concurrency,
-                                      on_request=on_object_request),
+                                      on_request=on_object_request, clock=clock, rng=rng),
             peers=TcpPeers(config.rpc_listen, PeerRequest, PeerResponse),
         )

@@ -29,7 +29,7 @@ PartitionKey = tuple[str, int]
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, catalog: TopicCatalog, view: ClusterView, clock: Clock,
-                 metrics: BrokerMetrics, waiters: FetchWaiters, new_uuid: Callable[[], uuid.UUID] = uuid.uuid4) -> None:
+                 metrics: BrokerMetrics, waiters: FetchWaiters, new_uuid: Callable[[], uuid.UUID]) -> None:
         self._config = config
         self._new_uuid = new_uuid
         self._catalog = catalog
@@ -154,7 +154,7 @@ class ReplicaManager:
     # -- background maintenance ------------------------------------------------
     async def _every(self, interval_ms: int, job) -> None:  # type: ignore[no-untyped-def]
         while True:
-            await asyncio.sleep(interval_ms / 1000)
+            await self._clock.sleep(interval_ms / 1000)
             try:
                 await job()
             except Exception:
@@ -166,9 +166,9 @@ class ReplicaManager:
         for partition in list(self.partitions.values()):
             partition.log.maybe_roll(now)
             if partition.log.needs_flush(now):
-                started = loop.time()
+                started = self._clock.monotonic()
                 await loop.run_in_executor(None, partition.log.flush)
-                self._metrics.log_flush_seconds.observe(loop.time() - started)
+                self._metrics.log_flush_seconds.observe(self._clock.monotonic() - started)
 
     async def _enforce_retention(self) -> None:
         now = self._clock.now_ms()

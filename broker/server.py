@@ -294,7 +294,7 @@ class KafkaServer:
         idle_s = self.broker.config.connections_max_idle_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(idle_s / 2, 30.0))
+            await self.broker.clock.sleep(min(idle_s / 2, 30.0))
             deadline = loop.time() - idle_s
             for conn in list(self.connections):
                 if not conn.busy and conn.last_active < deadline:

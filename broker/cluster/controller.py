@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import TYPE_CHECKING
 
 from ..metadata import KeyValue, MetadataError, RevisionConflict
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..config import BrokerConfig
     from ..metadata import MetadataStore
+    from ..randomness import Random
     from ..topics import TopicCatalog
     from .membership import Membership
     from .view import ClusterView
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class Controller:
     def __init__(self, store: "MetadataStore", view: "ClusterView", catalog: "TopicCatalog",
                  membership: "Membership", config: "BrokerConfig", clock: "Clock",
-                 rng: random.Random) -> None:
+                 rng: "Random") -> None:
         self._store = store
         self._random = rng
         self._view = view

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from ..clock import Clock, SystemClock
 from ..config import StartRefused
 from ..metadata import KeyValue, Lease, LeaseExpired, MetadataError, MetadataStore, RevisionConflict
 from ..metadata import records
@@ -44,9 +45,11 @@ class RegistrationRefused(StartRefused):
 
 class Membership:
     def __init__(self, store: MetadataStore, record: records.BrokerRecord, session_timeout_ms: int,
-                 heartbeat_interval_ms: int, announce: Callable[[KeyValue], Awaitable[None]]) -> None:
+                 heartbeat_interval_ms: int, announce: Callable[[KeyValue], Awaitable[None]],
+                 clock: Clock | None = None) -> None:
         """`announce` applies the registration to this broker's view before its watch event."""
         self._store = store
+        self._clock: Clock = clock or SystemClock()
         self._announce = announce
         self.record = record
         self._ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
@@ -124,7 +127,7 @@ class Membership:
                         "same address as this broker: probably its previous process, whose lease expires within "
                         "broker.session.timeout.ms" if same_address else
                         "another address: a second broker with this node.id?")
-            await asyncio.sleep(min(poll_s, remaining))
+            await self._clock.sleep(min(poll_s, remaining))
 
     def _other_incarnation(self, current: KeyValue | None) -> records.BrokerRecord | _Unreadable | None:
         """The registration in `current` if it is another process's, else None."""
@@ -144,7 +147,7 @@ class Membership:
 
     async def _keep_alive(self) -> None:
         while True:
-            await asyncio.sleep(self._interval_s)
+            await self._clock.sleep(self._interval_s)
             try:
                 assert self.lease is not None
                 await self._store.keep_alive(self.lease)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..clock import Clock
 from ..metadata import EventType, KeyValue, MetadataError, MetadataStore
 from ..metadata import records
 from ..topics import TopicCatalog
@@ -36,8 +37,9 @@ class PartitionState:
 
 
 class ClusterView:
-    def __init__(self, store: MetadataStore, catalog: TopicCatalog) -> None:
+    def __init__(self, store: MetadataStore, catalog: TopicCatalog, clock: Clock) -> None:
         self._store = store
+        self._clock = clock
         self._catalog = catalog
         self.brokers: dict[int, records.BrokerRecord] = {}
         self.controller_id = -1
@@ -93,7 +95,7 @@ class ClusterView:
                 log.warning("metadata watch interrupted (%s); listing again", exc)
             except Exception:
                 log.exception("metadata watch failed; listing again")
-            await asyncio.sleep(RETRY_S)
+            await self._clock.sleep(RETRY_S)
             try:
                 await self._relist()
             except MetadataError as exc:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING
 from walfiles.format import WalObjectBuilder
 from walfiles.keys import WalKey, WalKeyAllocator
 
+from ..clock import Clock, SystemClock
 from ..objectstore import ObjectWriter
 from ..protocol.errors import ApiError, ErrorCode
 from .commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest, CommitResult, Committer, failed
@@ -102,8 +102,10 @@ class _Waiting:
 class WalWriter:
     def __init__(self, store: ObjectWriter, keys: WalKeyAllocator, committer: Committer,
                  cache: "ObjectCache | None", metrics: "BrokerMetrics", *, buffer_max_bytes: int,
-                 linger_ms: int, max_inflight_bytes: int, quiet_ms: int = 0, quiet_min_bytes: int = 0) -> None:
+                 linger_ms: int, max_inflight_bytes: int, quiet_ms: int = 0, quiet_min_bytes: int = 0,
+                 clock: Clock | None = None) -> None:
         self._store = store
+        self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
         self._keys = keys
         self._committer = committer
         self._cache = cache
@@ -227,7 +229,7 @@ class WalWriter:
         try:
             data = b"".join(obj.builder.buffers())
             metrics.wal_object_bytes.observe(len(data))
-            started = time.perf_counter()
+            started = self._clock.monotonic()
             try:
                 key = await self._upload(key, data)
             except Exception as exc:  # ObjectStoreError after retries, or anything unexpected
@@ -239,12 +241,12 @@ class WalWriter:
                 if previous is not None:
                     await previous  # the next object's commit still waits for every earlier one's
                 return
-            metrics.wal_upload_seconds.observe(time.perf_counter() - started)
+            metrics.wal_upload_seconds.observe(self._clock.monotonic() - started)
             if self._cache is not None:
                 self._cache.put_object(key.object_id, data)
             if previous is not None:
                 await previous  # commits go in seal order; never fails
-            started = time.perf_counter()
+            started = self._clock.monotonic()
             pending = self._committer.commit(
                 CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots]))
         except Exception as exc:
@@ -259,7 +261,7 @@ class WalWriter:
             outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))
         obj.slots = []  # answered by the callbacks: nothing left for _fail
         await asyncio.gather(*(outcome.applied for outcome in pending))
-        metrics.wal_commit_seconds.observe(time.perf_counter() - started)
+        metrics.wal_commit_seconds.observe(self._clock.monotonic() - started)
         metrics.wal_objects.labels("committed").inc()
 
     async def _upload(self, key: WalKey, data: bytes) -> WalKey:

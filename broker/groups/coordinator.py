@@ -433,7 +433,7 @@ class GroupCoordinator:
     async def _run_retention(self) -> None:
         config = self._broker.config
         while True:
-            await asyncio.sleep(config.offsets_retention_check_interval_ms / 1000)
+            await self._broker.clock.sleep(config.offsets_retention_check_interval_ms / 1000)
             try:
                 self.expire_offsets()
             except Exception:

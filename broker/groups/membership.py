@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -33,6 +32,7 @@ from typing import NamedTuple
 import msgspec
 
 from broker.protocol.errors import ErrorCode
+from broker.randomness import process_uuid
 
 GROUP_MAX_SIZE_REACHED: int = ErrorCode.GROUP_MAX_SIZE_REACHED
 
@@ -340,7 +340,7 @@ class ClassicGroup:
     ) -> None:
         self.group_id = group_id
         self.config = config or GroupConfig()
-        self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+        self._new_uuid = new_uuid or (lambda: str(process_uuid()))
         self._state = GroupState.EMPTY
         self._state_timestamp_ms: int | None = None
         self._now_ms = now_ms

@@ -47,6 +47,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
+from ..clock import Clock, SystemClock
 from .store import (
     EventType,
     KeyValue,
@@ -138,8 +139,9 @@ def _error(exc: grpc.aio.AioRpcError, what: str) -> MetadataError:
 class EtcdMetadataStore:
     def __init__(self, url: str, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 watch_resume_timeout_s: float = DEFAULT_WATCH_RESUME_TIMEOUT_S) -> None:
+                 watch_resume_timeout_s: float = DEFAULT_WATCH_RESUME_TIMEOUT_S, clock: Clock | None = None) -> None:
         self._endpoints, prefix = parse_etcd_url(url)
+        self._clock: Clock = clock or SystemClock()
         self.prefix = prefix
         self._prefix = prefix.encode()
         self._connect_timeout_s = connect_timeout_s
@@ -275,7 +277,7 @@ class EtcdMetadataStore:
     def start_keep_alive(self, lease: Lease) -> LeaseKeepAlive:
         self._check_open()
         self._keepers = {k for k in self._keepers if k.running}
-        keeper = LeaseKeepAlive(self, lease).start()
+        keeper = LeaseKeepAlive(self, lease, clock=self._clock).start()
         self._keepers.add(keeper)
         return keeper
 
@@ -540,5 +542,5 @@ class _EtcdWatch:
                 if loop.time() + delay > deadline:
                     raise MetadataUnavailable(f"etcd watch {self._prefix!r} could not resume at revision "
                                               f"{self._next_revision}: {exc}") from exc
-            await asyncio.sleep(delay)
+            await self._store._clock.sleep(delay)
             delay = min(delay * 2, max_delay)

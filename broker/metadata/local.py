@@ -187,7 +187,7 @@ class LocalMetadataStore:
         if self._closed:
             raise MetadataError("the metadata store is closed")
         self._keepers = {k for k in self._keepers if k.running}
-        keeper = LeaseKeepAlive(self, lease).start()
+        keeper = LeaseKeepAlive(self, lease, clock=self._clock).start()
         self._keepers.add(keeper)
         return keeper
 
@@ -312,7 +312,7 @@ class LocalMetadataStore:
 
     async def _sweep(self) -> None:
         while self._leases:
-            await asyncio.sleep(self._lease_check_interval_s)
+            await self._clock.sleep(self._lease_check_interval_s)
             self.expire_leases()
 
     def _persist(self) -> None:

@@ -37,6 +37,8 @@ from typing import Protocol
 
 import msgspec
 
+from ..clock import Clock, SystemClock
+
 log = logging.getLogger(__name__)
 
 # etcd's default --max-txn-ops: compares, and puts + deletes, per transaction. Both
@@ -208,7 +210,8 @@ class LeaseKeepAlive:
     one task and one request in flight per lease.
     """
 
-    def __init__(self, store: MetadataStore, lease: Lease, *, retry_s: float | None = None) -> None:
+    def __init__(self, store: MetadataStore, lease: Lease, *, retry_s: float | None = None,
+                 clock: Clock | None = None) -> None:
         self.lease = lease
         self.lost = asyncio.Event()
         self.failures = 0  # renewals that failed, for metrics and tests
@@ -216,6 +219,7 @@ class LeaseKeepAlive:
         self._interval_s = max(lease.ttl_s / 3, 0.1)
         self._retry_s = retry_s if retry_s is not None else min(0.5, self._interval_s)
         self._task: asyncio.Task[None] | None = None
+        self._clock: Clock = clock or SystemClock()
 
     def start(self) -> LeaseKeepAlive:
         if self._task is None:
@@ -246,7 +250,7 @@ class LeaseKeepAlive:
         valid_until = loop.time() + self.lease.ttl_s
         delay = self._interval_s
         while True:
-            await asyncio.sleep(delay)
+            await self._clock.sleep(delay)
             sent = loop.time()
             try:
                 ttl_s = await self._store.keep_alive(self.lease)

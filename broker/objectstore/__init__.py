@@ -35,6 +35,7 @@ from broker.objectstore.store import (
     RequestObserver,
     validate_key,
 )
+from broker.randomness import Random
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
@@ -68,19 +69,22 @@ def open_object_store(
     on_request: RequestObserver | None = None,
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
+    rng: Random | None = None,
     **s3_options: Any,
 ) -> ObjectStore:
     """Open the store that `url` names. `max_concurrency` is `object.store.max.concurrency`
     (requests in flight per store); `on_request` receives every request attempt;
-    `retry` applies to S3 (the other stores do not fail transiently); `s3_options` go to
-    S3ObjectStore (timeouts, page sizes, session). Raises ValueError for a bad URL."""
+    `retry` applies to S3 (the other stores do not fail transiently); `clock` and `rng`
+    are the broker's time and random sources; `s3_options` go to S3ObjectStore (timeouts,
+    page sizes, session). Raises ValueError for a bad URL."""
     scheme = object_store_scheme(url)
     if scheme != "s3" and s3_options:
         raise ValueError(f"options {sorted(s3_options)} apply to s3:// URLs only")
     if scheme == "memory":
         return MemoryObjectStore(clock=clock, on_request=on_request)
     if scheme == "file":
-        return LocalObjectStore(_parse_file_url(url), max_concurrency=max_concurrency, on_request=on_request)
+        return LocalObjectStore(_parse_file_url(url), max_concurrency=max_concurrency, on_request=on_request,
+                                clock=clock, rng=rng)
     from broker.objectstore.s3 import S3ObjectStore
 
     bucket, prefix, options = parse_s3_url(url)
@@ -90,6 +94,8 @@ def open_object_store(
         max_concurrency=max_concurrency,
         on_request=on_request,
         retry=retry,
+        clock=clock,
+        rng=rng,
         **options,
         **s3_options,
     )

@@ -17,11 +17,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
+from broker.clock import Clock, SystemClock
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
     MAX_DELETE_BATCH,
@@ -37,6 +36,7 @@ from broker.objectstore.store import (
     validate_max_concurrency,
     validate_range,
 )
+from broker.randomness import PROCESS_RANDOM, Random, new_uuid
 
 TMP_DIR_NAME = ".shoal-tmp"
 # Temporary files older than this are leftovers of a crash and removed when a store opens
@@ -54,8 +54,12 @@ class LocalObjectStore:
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         on_request: RequestObserver | None = None,
         list_page_size: int = MAX_LIST_PAGE,
+        clock: Clock | None = None,
+        rng: Random | None = None,
     ) -> None:
         self._root = Path(root).absolute()
+        self._clock: Clock = clock or SystemClock()
+        self._rng = rng or PROCESS_RANDOM  # temporary file names
         self._tmp = self._root / TMP_DIR_NAME
         self._semaphore = asyncio.Semaphore(validate_max_concurrency(max_concurrency))
         self._on_request = on_request
@@ -76,7 +80,7 @@ class LocalObjectStore:
     async def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         payload = as_bytes(data)
-        timer = RequestTimer(self._on_request, "put")
+        timer = RequestTimer(self._on_request, "put", self._clock)
         try:
             await self._run(self._write, path, payload, False)
         except BaseException:
@@ -87,7 +91,7 @@ class LocalObjectStore:
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
         payload = as_bytes(data)
-        timer = RequestTimer(self._on_request, "put_if_absent")
+        timer = RequestTimer(self._on_request, "put_if_absent", self._clock)
         try:
             created = await self._run(self._write, path, payload, True)
         except BaseException:
@@ -99,7 +103,7 @@ class LocalObjectStore:
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         path = self._path(key)
         first, stop = validate_range(start, end)
-        timer = RequestTimer(self._on_request, "get")
+        timer = RequestTimer(self._on_request, "get", self._clock)
         try:
             data = await self._run(_read, path, first, stop)
         except NotFound:
@@ -113,7 +117,7 @@ class LocalObjectStore:
 
     async def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
-        timer = RequestTimer(self._on_request, "head")
+        timer = RequestTimer(self._on_request, "head", self._clock)
         try:
             info = await self._run(_stat, path, key)
         except BaseException:
@@ -126,7 +130,7 @@ class LocalObjectStore:
         wanted = [validate_key(key) for key in keys]
         for index in range(0, len(wanted), MAX_DELETE_BATCH):
             batch = [self._path(key) for key in wanted[index : index + MAX_DELETE_BATCH]]
-            timer = RequestTimer(self._on_request, "delete_many")
+            timer = RequestTimer(self._on_request, "delete_many", self._clock)
             try:
                 await self._run(self._delete_paths, batch)
             except BaseException:
@@ -138,7 +142,7 @@ class LocalObjectStore:
     async def list(self, prefix: str = "", start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
         walk = self._walk_prefix(prefix, start_after)
         while True:
-            timer = RequestTimer(self._on_request, "list")
+            timer = RequestTimer(self._on_request, "list", self._clock)
             try:
                 page = await self._run(_take, walk, self._list_page_size)
             except BaseException:
@@ -173,7 +177,7 @@ class LocalObjectStore:
     def _write(self, path: Path, data: bytes, exclusive: bool) -> bool:
         """Atomically write `data` at `path`. With `exclusive`, only if nothing is there;
         then returns whether the path holds `data` (see ObjectWriter.put_if_absent)."""
-        tmp = self._tmp / f"{uuid.uuid4().hex}.tmp"
+        tmp = self._tmp / f"{new_uuid(self._rng).hex}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
@@ -290,7 +294,7 @@ class LocalObjectStore:
             yield ObjectInfo(full, stat.st_size, stat.st_mtime_ns // 1_000_000)
 
     def _remove_stale_tmp_files(self) -> None:
-        cutoff = time.time() - STALE_TMP_AGE_S
+        cutoff = self._clock.now_ms() / 1000 - STALE_TMP_AGE_S
         with os.scandir(self._tmp) as entries:
             for entry in entries:
                 try:

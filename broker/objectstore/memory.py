@@ -8,7 +8,6 @@ by design: it holds what a test writes.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 from collections.abc import AsyncIterator, Iterable
 
@@ -51,13 +50,13 @@ class MemoryObjectStore:
 
     async def put(self, key: str, data: bytes) -> None:
         validate_key(key)
-        timer = RequestTimer(self._on_request, "put")
+        timer = RequestTimer(self._on_request, "put", self._clock)
         self._store(key, as_bytes(data))
         timer.done("ok", len(data))
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         validate_key(key)
-        timer = RequestTimer(self._on_request, "put_if_absent")
+        timer = RequestTimer(self._on_request, "put_if_absent", self._clock)
         existing = self._objects.get(key)
         if existing is not None:
             same = existing[0] == data
@@ -70,7 +69,7 @@ class MemoryObjectStore:
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         validate_key(key)
         first, stop = validate_range(start, end)
-        timer = RequestTimer(self._on_request, "get")
+        timer = RequestTimer(self._on_request, "get", self._clock)
         entry = self._objects.get(key)
         if entry is None:
             timer.done("not_found")
@@ -82,7 +81,7 @@ class MemoryObjectStore:
 
     async def head(self, key: str) -> ObjectInfo | None:
         validate_key(key)
-        timer = RequestTimer(self._on_request, "head")
+        timer = RequestTimer(self._on_request, "head", self._clock)
         entry = self._objects.get(key)
         if entry is None:
             timer.done("not_found")
@@ -93,7 +92,7 @@ class MemoryObjectStore:
     async def delete_many(self, keys: Iterable[str]) -> list[str]:
         wanted = [validate_key(key) for key in keys]
         for index in range(0, len(wanted), MAX_DELETE_BATCH):
-            timer = RequestTimer(self._on_request, "delete_many")
+            timer = RequestTimer(self._on_request, "delete_many", self._clock)
             for key in wanted[index : index + MAX_DELETE_BATCH]:
                 if self._objects.pop(key, None) is not None:
                     position = bisect.bisect_left(self._sorted_keys, key)
@@ -107,7 +106,7 @@ class MemoryObjectStore:
         while True:
             # One page per step, re-searched from the cursor so that writes and deletes
             # between pages behave as they do on S3 (no snapshot, no crash).
-            timer = RequestTimer(self._on_request, "list")
+            timer = RequestTimer(self._on_request, "list", self._clock)
             keys = self._sorted_keys
             position = (bisect.bisect_left if inclusive else bisect.bisect_right)(keys, cursor)
             page: list[ObjectInfo] = []
@@ -124,7 +123,7 @@ class MemoryObjectStore:
             if len(page) < self._list_page_size:
                 return
             cursor, inclusive = page[-1].key, False
-            await asyncio.sleep(0)
+            await self._clock.sleep(0)
 
     async def close(self) -> None:
         return None

@@ -2,7 +2,8 @@
 
 Used by the S3 store (botocore's own retries are switched off so there is exactly one
 retry loop, and every attempt is counted). The random source and the sleep are injected
-so tests run the loop without waiting (STYLE 9).
+(the broker's Environment.random and Clock.sleep) so tests run the loop without waiting
+(STYLE 9).
 
 Full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter"): before attempt
 n+1 sleep `random() * min(max_delay, base_delay * 2**(n-1))` seconds. Many brokers
@@ -11,11 +12,12 @@ throttled at once then spread their retries instead of stampeding together.
 
 from __future__ import annotations
 
-import asyncio
-import random as _random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from broker.clock import SystemClock
+from broker.randomness import PROCESS_RANDOM
 
 T = TypeVar("T")
 
@@ -27,8 +29,8 @@ class RetryPolicy:
     max_attempts: int = 6
     base_delay_ms: float = 50.0
     max_delay_ms: float = 5_000.0
-    random: Callable[[], float] = field(default=_random.random, repr=False)
-    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)
+    random: Callable[[], float] = field(default=PROCESS_RANDOM.random, repr=False)
+    sleep: Callable[[float], Awaitable[None]] = field(default=SystemClock().sleep, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

@@ -27,6 +27,7 @@ import crc32c
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 
+from broker.clock import Clock, SystemClock
 from broker.objectstore.retry import RetryPolicy
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
@@ -44,6 +45,7 @@ from broker.objectstore.store import (
     validate_max_concurrency,
     validate_range,
 )
+from broker.randomness import PROCESS_RANDOM, Random
 
 T = TypeVar("T")
 
@@ -125,7 +127,10 @@ class S3ObjectStore:
         list_page_size: int = MAX_LIST_PAGE,
         delete_batch_size: int = MAX_DELETE_BATCH,
         session: AioSession | None = None,
+        clock: Clock | None = None,
+        rng: Random | None = None,
     ) -> None:
+        """`clock` times requests and paces the default retry policy, whose jitter `rng` draws."""
         if not bucket:
             raise ValueError("S3 bucket name must not be empty")
         if prefix and not prefix.endswith("/"):
@@ -142,7 +147,8 @@ class S3ObjectStore:
         self._region = region
         self._max_concurrency = validate_max_concurrency(max_concurrency)
         self._semaphore = asyncio.Semaphore(self._max_concurrency)
-        self._retry = retry or RetryPolicy()
+        self._clock: Clock = clock or SystemClock()
+        self._retry = retry or RetryPolicy(random=(rng or PROCESS_RANDOM).random, sleep=self._clock.sleep)
         self._on_request = on_request
         self._request_timeout_s = request_timeout_ms / 1000.0
         self._list_page_size = validate_list_page_size(list_page_size)
@@ -365,7 +371,7 @@ class S3ObjectStore:
         async def one(number: int) -> T:
             async with self._semaphore:
                 self._in_flight += 1
-                timer = RequestTimer(self._on_request, operation)
+                timer = RequestTimer(self._on_request, operation, self._clock)
                 try:
                     async with asyncio.timeout(self._request_timeout_s):
                         return await attempt(client, timer)

@@ -15,11 +15,12 @@ Unicode code point, which is also S3's order (UTF-8 byte order).
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 import msgspec
+
+from broker.clock import Clock
 
 # S3's own limit on a key (UTF-8 bytes); the other stores enforce it too so a key that
 # works in a unit test works against S3.
@@ -178,15 +179,16 @@ def as_bytes(data: bytes | bytearray | memoryview) -> bytes:
 
 
 class RequestTimer:
-    """Reports one request attempt to an optional `RequestObserver`."""
+    """Reports one request attempt, timed on `clock`, to an optional `RequestObserver`."""
 
-    __slots__ = ("_observer", "_operation", "_started")
+    __slots__ = ("_clock", "_observer", "_operation", "_started")
 
-    def __init__(self, observer: RequestObserver | None, operation: str) -> None:
+    def __init__(self, observer: RequestObserver | None, operation: str, clock: Clock) -> None:
+        self._clock = clock
         self._observer = observer
         self._operation = operation
-        self._started = time.perf_counter()
+        self._started = clock.monotonic()
 
     def done(self, outcome: str, nbytes: int = 0) -> None:
         if self._observer is not None:
-            self._observer(self._operation, outcome, time.perf_counter() - self._started, nbytes)
+            self._observer(self._operation, outcome, self._clock.monotonic() - self._started, nbytes)

@@ -61,7 +61,7 @@ class IsrUpdater:
 
     async def _check_lag(self) -> None:
         while True:
-            await asyncio.sleep(self._lag_max_ms / 2000)
+            await self._clock.sleep(self._lag_max_ms / 2000)
             now = self._clock.now_ms()
             for partition in list(self._replicas.partitions.values()):
                 leader = partition.leader
@@ -113,7 +113,7 @@ class IsrUpdater:
             try:
                 current = await self._store.get(key)
             except MetadataUnavailable:
-                await asyncio.sleep(RESOLVE_BACKOFF_S)
+                await self._clock.sleep(RESOLVE_BACKOFF_S)
                 continue
             if current is None:
                 return  # the partition was deleted

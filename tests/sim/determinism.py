@@ -6,7 +6,8 @@ patches the process-wide sources for the duration of one run:
 
 - `random` module functions: the hidden global instance is reseeded from the run's seed
   and restored afterwards (this also covers `from random import random` and bound methods
-  captured at import, such as RetryPolicy's default jitter source).
+  captured at import); so is `broker.randomness.PROCESS_RANDOM`, the default source of
+  components built without an Environment (RetryPolicy's jitter, for one).
 - `uuid.uuid4` / `uuid.uuid1` and `os.urandom`: drawn from the seeded rng.
 - `time.time`/`time_ns` (virtual wall clock), `time.monotonic`/`monotonic_ns` and
   `time.perf_counter`/`perf_counter_ns` (virtual): perf_counter feeds only metrics today,
@@ -36,6 +37,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from broker.randomness import PROCESS_RANDOM
 
 from .loop import NS_PER_MS, NS_PER_S, SimForbidden
 
@@ -120,8 +123,9 @@ def determinism_guard(now_ns: Callable[[], int], epoch_ms: int, rng: random.Rand
         (socket, "socket", _ForbiddenSocket),
     ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    random_state = random.getstate()
+    random_state, process_state = random.getstate(), PROCESS_RANDOM.getstate()
     random.seed(rng.getrandbits(64))
+    PROCESS_RANDOM.setstate(random.getstate())  # seeded without another draw from `rng`
     try:
         for owner, name, value in patches:
             setattr(owner, name, value)
@@ -130,3 +134,4 @@ def determinism_guard(now_ns: Callable[[], int], epoch_ms: int, rng: random.Rand
         for owner, name, value in saved:
             setattr(owner, name, value)
         random.setstate(random_state)
+        PROCESS_RANDOM.setstate(process_state)

@@ -344,9 +344,10 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
 
 class SimClock:
     """broker.clock.Clock on a SimLoop's virtual time. `monotonic_ms` is virtual ms since the
-    loop started; `now_ms` is `epoch_ms` + virtual ms + `skew_ms`, so nodes can disagree on
-    the wall clock (WAL keys and commit deadlines compare wall clocks of different brokers)
-    and a skew change is a wall-clock jump, while monotonic time never jumps."""
+    loop started (`monotonic` the same in seconds: the loop's `time()`); `now_ms` is
+    `epoch_ms` + virtual ms + `skew_ms`, so nodes can disagree on the wall clock (WAL keys and
+    commit deadlines compare wall clocks of different brokers) and a skew change is a
+    wall-clock jump, while monotonic time never jumps."""
 
     def __init__(self, loop: SimLoop, *, epoch_ms: int = DEFAULT_EPOCH_MS, skew_ms: int = 0) -> None:
         self._loop = loop
@@ -358,6 +359,12 @@ class SimClock:
 
     def monotonic_ms(self) -> int:
         return self._loop.now_ns // NS_PER_MS
+
+    def monotonic(self) -> float:
+        return self._loop.now_ns / NS_PER_S
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # virtual: the SimLoop runs the timer
 
 
 def _is_dead(context: contextvars.Context | None) -> bool:
