@@ -52,6 +52,9 @@ HARNESS_SETTINGS: dict[str, str | None] = {
     # The offsets topic is created at start: fifty partitions' files and fsyncs cost a
     # second per test; one partition serves every group (tests that need more set it).
     "offsets.topic.num.partitions": "1",
+    # A test that waits for each answer would wait out the whole linger (250 ms) on every
+    # diskless produce; a WAL object per request is what such a producer gets anyway.
+    "wal.linger.ms": "5",
 }
 
 
