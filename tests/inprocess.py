@@ -12,9 +12,10 @@ kafka-python's response classes. The listener itself (framing, pipelining, memor
 idle connections) is not on this path: that is the integration tier's, and
 tests/unit/test_server_bounds.py's.
 
-Time: record timestamps, retention ages, lease deadlines and group session deadlines read
-the manual clock (`clock.advance`); waits inside the broker (Fetch max_wait_ms, the WAL
-linger, background task intervals) run on the event loop's real time.
+Time: record timestamps, retention ages, lease deadlines and group deadlines read the
+manual clock (`clock.advance`); waits inside the broker (Fetch max_wait_ms, the WAL linger,
+background task intervals) run on the event loop's real time, so a group deadline that an
+`advance` makes due fires when the coordinator's timer loop next wakes (within a second).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class InProcessBroker:
     data directory (logs, metadata store file) is `data_dir`. `settings` are broker
     configuration keys, over the harness's own (HARNESS_SETTINGS). The clock starts at
     `start_ms`, by default the wall clock's now: clients stamp records with the wall clock,
-    and the broker refuses timestamps too far from its own."""
+    and the broker refuses timestamps too far from its own. `seed` seeds the broker's random
+    source (cluster and topic ids, placement)."""
 
     def __init__(self, data_dir: Path, settings: Mapping[str, str | None] | None = None, *, seed: int = 0,
                  start_ms: int | None = None) -> None:
@@ -95,6 +97,9 @@ class InProcessBroker:
 
 
 class InProcessClient:
+    """One client, as if on its own connection: its correlation ids, and the versions the
+    broker advertised to it."""
+
     def __init__(self, broker: Broker, client_id: str) -> None:
         self._broker = broker
         self._client_id = client_id

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.protocol.consumer import (
@@ -85,7 +86,7 @@ def test_a_consumer_group_round_trip(tmp_path: Path) -> None:
             protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range",
                                                                  metadata=consumer_subscription(["orders"]))
 
-            async def join(member_id: str) -> object:
+            async def join(member_id: str) -> Any:
                 return await client.request(JoinGroupRequest(
                     group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id=member_id,
                     group_instance_id=None, protocol_type="consumer", protocols=[protocol], reason=None),
