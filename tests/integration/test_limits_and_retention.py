@@ -1,7 +1,8 @@
-"""A real broker, classic and diskless topics, for paths no other test drove: Fetch with limits
-smaller than the data (KIP-74, over the wire and through real consumers), the periodic
-retention task, DeleteRecords through kafka-python's admin client, RECORD_LIST_TOO_LARGE and
-the transactional-id refusal in Produce."""
+"""A real broker, classic and diskless topics, for paths no other test drove: real consumers
+with Fetch limits smaller than one batch (KIP-74; the exact batch counts are
+tests/unit/test_fetch_limits_inprocess.py's), the periodic retention task, DeleteRecords
+through kafka-python's admin client, RECORD_LIST_TOO_LARGE and the transactional-id refusal
+in Produce."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from tests.unit.test_fetch_limits import kip74
+from tests.unit.test_fetch_limits_inprocess import MODES, VALUES
 
 from .clients import (RawConnection, api_versions, build_batch, consume_confluent, consume_kafka_python,
                       create_topic, decode_records, kp_admin, pick_version, raw_fetch, raw_produce, unique_topic)
@@ -18,12 +19,9 @@ from .harness import wait_until
 
 pytestmark = pytest.mark.integration
 
-MODES = {"classic": "false", "diskless": "true"}
 OFFSET_OUT_OF_RANGE = 1
 RECORD_LIST_TOO_LARGE = 18
 INVALID_TXN_STATE = 48
-# Batch value sizes per partition: 4 batches of 3 records each (offsets 3*i .. 3*i+2).
-VALUES = {0: [900, 150, 150, 150], 1: [250, 250, 250, 250], 2: [120, 400, 120, 120]}
 
 
 @pytest.fixture(scope="module")
@@ -50,33 +48,6 @@ def topic_with_batches(bs: str, mode: str, prefix: str) -> tuple[str, dict[int, 
     return topic, sizes
 
 
-def fetch_many(bs: str, topic: str, order: list[int], max_bytes: int, partition_max_bytes: int,
-               offsets: dict[int, int] | None = None) -> list[list]:
-    """One Fetch of `order`'s partitions; each partition's batches (kafka-python's decoder)."""
-    from kafka.protocol.consumer import FetchRequest
-    from kafka.record.memory_records import MemoryRecords
-    versions = api_versions(bs)
-    T = FetchRequest.FetchTopic
-    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
-                           session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                           topics=[T(topic=topic, partitions=[T.FetchPartition(
-                               partition=p, current_leader_epoch=-1, fetch_offset=(offsets or {}).get(p, 0),
-                               log_start_offset=-1, partition_max_bytes=partition_max_bytes) for p in order])])
-    with RawConnection(bs) as conn:
-        response = conn.request(request, pick_version(versions, FetchRequest, cap=12), timeout_s=15)
-    [answer] = response.responses
-    assert [p.partition_index for p in answer.partitions] == order
-    out = []
-    for part in answer.partitions:
-        assert part.error_code == 0, part.error_code
-        records, batches = MemoryRecords(bytes(part.records or b"")), []
-        while (batch := records.next_batch()) is not None:
-            assert batch.validate_crc()
-            batches.append(batch)
-        out.append(batches)
-    return out
-
-
 def earliest(bs: str, topic: str, partition: int) -> int:
     from kafka.protocol.consumer import ListOffsetsRequest
     versions = api_versions(bs)
@@ -90,26 +61,7 @@ def earliest(bs: str, topic: str, partition: int) -> int:
     return part.offset
 
 
-# -- Fetch limits smaller than the data ------------------------------------------------------------
-
-LIMITS = [(1 << 20, 1 << 20), (1500, 1 << 20), (1 << 20, 1200), (100, 1 << 20), (1 << 20, 1), (2500, 900)]
-
-
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_fetch_limits_smaller_than_the_data(broker, mode: str) -> None:  # type: ignore[no-untyped-def]
-    """max_bytes across partitions, partition_max_bytes per partition, the first batch whole:
-    what comes back is exactly KIP-74's count of whole batches, in offset order."""
-    topic, sizes = topic_with_batches(broker.bootstrap, mode, "kip74")
-    for max_bytes, partition_max_bytes in LIMITS:
-        for order in ([0, 1, 2], [2, 1, 0]):
-            got = fetch_many(broker.bootstrap, topic, order, max_bytes, partition_max_bytes)
-            want = kip74([sizes[p] for p in order], max_bytes, partition_max_bytes)
-            where = f"max_bytes={max_bytes} partition_max_bytes={partition_max_bytes} order={order}"
-            assert [len(b) for b in got] == want, where
-            assert [[b.base_offset for b in bs] for bs in got] == [[3 * i for i in range(n)] for n in want], where
-            total = sum(sizes[p][i] for p, n in zip(order, want) for i in range(n))
-            assert total <= max(max_bytes, sizes[order[0]][0]), where
-
+# -- Fetch limits smaller than one batch -----------------------------------------------------------
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_consumers_with_fetch_limits_below_one_batch_read_everything(broker, mode: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,22 +1,18 @@
-"""ListOffsets (earliest, latest, by timestamp) through every client, and Fetch long polling."""
+"""ListOffsets (earliest, latest, by timestamp) through every client, and Fetch at the edges of
+the log. Fetch long polling is tests/unit/test_fetch_long_poll.py (in-process)."""
 
 from __future__ import annotations
-
-import threading
-import time
 
 import pytest
 
 from .clients import (LIST_OFFSETS, RawConnection, api_versions, build_batch, create_topic,
-                      decode_records, pick_version, raw_fetch, raw_produce, unique_topic)
+                      decode_records, raw_fetch, raw_produce, unique_topic)
 
 pytestmark = pytest.mark.integration
 
 # Three batches of five records each, timestamps increasing by 10 ms inside a batch.
 BASE_TS = 1_700_000_000_000
 BATCH_TS = [[BASE_TS + b * 1000 + i * 10 for i in range(5)] for b in range(3)]
-PARKED_MAX_WAIT_S = 60.0  # a parked fetch's max_wait_ms: far beyond any wait bound below
-WAKE_BOUND_S = 15.0  # a produce must wake the parked fetch well within PARKED_MAX_WAIT_S
 
 
 @pytest.fixture(scope="module")
@@ -94,68 +90,6 @@ def test_list_offsets_empty_partition(module_broker, client):
     got = LIST_OFFSETS[client](module_broker.bootstrap, topic, 0, [0, BASE_TS])
     assert (got["earliest"], got["latest"]) == (0, 0)
     assert got["by_ts"] == {0: None, BASE_TS: None}
-
-
-def test_fetch_on_empty_partition_returns_empty_at_max_wait(module_broker):
-    """Nothing arrives: the parked fetch is answered (empty, no error) when max_wait_ms
-    passes. That it really parks is shown by test_fetch_parks_and_wakes_on_produce."""
-    bs = module_broker.bootstrap
-    topic = unique_topic("wait")
-    create_topic(bs, topic, partitions=1)
-    versions = api_versions(bs)
-    with RawConnection(bs) as conn:
-        part = raw_fetch(conn, versions, topic, 0, 0, max_wait_ms=1000, min_bytes=1, timeout_s=30)
-    assert part.error_code == 0
-    assert part.high_watermark == 0
-    assert decode_records(part.records) == []
-
-
-def test_fetch_parks_and_wakes_on_produce(module_broker):
-    """A fetch of an empty partition with a long max_wait_ms is answered with a record that was
-    produced only after the fetch was sent: it parked (an early answer would be empty) and the
-    produce woke it (max_wait_ms is far beyond the wait bound, so expiry cannot explain it)."""
-    bs = module_broker.bootstrap
-    topic = unique_topic("wake")
-    create_topic(bs, topic, partitions=1)
-    versions = api_versions(bs)
-    result: dict = {}
-    sent = threading.Event()
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
-
-    def parked_fetch():
-        with RawConnection(bs, timeout_s=PARKED_MAX_WAIT_S + 30) as conn:
-            try:
-                version = pick_version(versions, FetchRequest, cap=12)
-                T = FetchRequest.FetchTopic
-                request = FetchRequest(
-                    replica_id=-1, max_wait_ms=int(PARKED_MAX_WAIT_S * 1000), min_bytes=1, max_bytes=1 << 20,
-                    isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                    topics=[T(topic=topic, partitions=[T.FetchPartition(
-                        partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                        partition_max_bytes=1 << 20)])])
-                conn.send_request(request, version)
-                sent.set()
-                frame = conn.recv_frame(PARKED_MAX_WAIT_S + 30)
-                assert frame is not None, "connection closed instead of a fetch answer"
-                response = FetchResponse.decode(frame, version=version, header=True)
-                result["part"] = response.responses[0].partitions[0]
-            except Exception as exc:  # noqa: BLE001 - reported by the main thread
-                result["error"] = exc
-
-    fetcher = threading.Thread(target=parked_fetch, daemon=True)
-    fetcher.start()
-    assert sent.wait(15), "fetch not sent"
-    time.sleep(0.5)                                   # let the fetch reach the broker and park
-    assert fetcher.is_alive() and not result, f"the fetch was answered before anything was produced: {result}"
-    with RawConnection(bs) as conn:
-        err, base = raw_produce(conn, versions, topic, 0, build_batch([(b"k", b"wake up")]))
-    assert (err, base) == (0, 0)
-    fetcher.join(WAKE_BOUND_S)
-    assert not fetcher.is_alive(), \
-        f"the parked fetch was not woken by the produce (max_wait_ms is {PARKED_MAX_WAIT_S:.0f} s)"
-    assert "error" not in result, result.get("error")
-    assert result["part"].error_code == 0
-    assert [r.value for r in decode_records(result["part"].records)] == [b"wake up"]
 
 
 def test_fetch_out_of_range(module_broker, ts_topic):
