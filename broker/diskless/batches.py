@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..log import EntryKind, LogEntry
+from ..log.coordinates import decode_ref
 from ..protocol.batch import BATCH_HEADER_SIZE
-from .coordinates import decode_ref
 from .reader import ReadFailure, WalReader
 
 Pieces = list[memoryview | bytes]  # a batch as buffers to concatenate
