@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import uuid
 
@@ -25,6 +26,7 @@ from .diskless.cache import ObjectCache
 from .diskless.commit import LocalCommitter
 from .diskless.reader import WalReader
 from .diskless.wal_writer import WalWriter
+from .dispatch import answer_forwarded, dispatch
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all
 from .environment import Environment
@@ -42,9 +44,8 @@ from .replication.leader_service import ReplicaFetchService
 from .replication.read_service import ReplicaReadService
 from .peer_service import PeerRequest, PeerResponse, PeerService
 from .diskless.commit_router import CommitRouter
-from .handlers.forwarding import answer_forwarded
 from .rpc import RpcClientPool
-from .server import KafkaServer
+from .server import KafkaServer, ServerLimits
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
@@ -97,7 +98,8 @@ class Broker:
             lambda: sum(1 for p in self.replicas.partitions.values()
                         if p.leader is not None and len(p.isr) < len(p.replicas)))
         self.producer_ids = ProducerIdAllocator(self.store)
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(config, self.catalog, self.view, self.replicas, self.clock, self.metrics,
+                                       self.assign_replicas, env.new_uuid)
         self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(config.cache_max_bytes,
                                  on_hit=lambda n: self.metrics.cache_requests.labels("hit").inc(),
@@ -109,7 +111,8 @@ class Broker:
                                  lambda message: answer_forwarded(self, message))
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
-        self.server = KafkaServer(self)
+        self.server = KafkaServer(functools.partial(dispatch, self), ServerLimits.from_config(config), self.metrics,
+                                  self.clock)
         self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
         self.cluster_id = ""

@@ -3,6 +3,7 @@
 Owns the decisions that do not belong to any one API: which handler, which version,
 what to do with a frame that cannot be decoded. A ConnectionFault means the stream can
 no longer be trusted; the server closes that connection and keeps serving the others.
+Requests another broker sent on (handlers/forwarding.py) enter here too, already decoded.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ from typing import TYPE_CHECKING
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from .handlers import registry
-from .protocol.errors import ErrorCode
-from .protocol.header import API_VERSIONS_KEY, HeaderError, RequestHeader, parse_request_header, peek_api
-from .protocol.messages import decode_request, encode_response, is_flexible
+from .protocol.api_keys import ApiKey
+from .protocol.errors import ConnectionFault, ErrorCode
+from .protocol.header import HeaderError, RequestHeader, parse_request_header, peek_api
+from .protocol.messages import REQUEST_CLASSES, decode_request, encode_response, is_flexible
+from .replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import HandlerContext
 
 log = logging.getLogger(__name__)
 
-
-class ConnectionFault(Exception):
-    """The request cannot be answered; close the connection it came on."""
+# Partition requests a broker that does not lead a diskless partition sends on to its leader.
+FORWARDABLE = frozenset({ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH})
 
 
 def _unsupported_api_versions(correlation_id: int) -> list[bytes | bytearray]:
@@ -34,11 +36,11 @@ def _unsupported_api_versions(correlation_id: int) -> list[bytes | bytearray]:
         api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                   for k, lo, hi in registry.supported_versions()],
     )
-    header = RequestHeader(API_VERSIONS_KEY, 0, correlation_id, None)
+    header = RequestHeader(ApiKey.API_VERSIONS, 0, correlation_id, None)
     return encode_response(header, response)
 
 
-async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | bytearray] | None:
+async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[bytes | bytearray] | None:
     try:
         api_key, api_version, correlation_id = peek_api(frame)
     except HeaderError as exc:
@@ -47,7 +49,7 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
     if handler is None:
         raise ConnectionFault(f"unsupported API key {api_key}")
     if not handler.supports(api_version):
-        if api_key == API_VERSIONS_KEY:
+        if api_key == ApiKey.API_VERSIONS:
             return _unsupported_api_versions(correlation_id)
         raise ConnectionFault(f"unsupported version {api_version} of API {api_key} "
                               f"(supported {handler.min_version}-{handler.max_version})")
@@ -74,3 +76,14 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[bytes | by
     encoded = encode_response(header, response)
     broker.cross_az.client_bytes(client_az, named, len(frame) + sum(len(part) for part in encoded))
     return encoded
+
+
+async def answer_forwarded(broker: HandlerContext, message: KafkaForwardRequest) -> KafkaForwardResponse:
+    """The receiving side of handlers/forwarding.py: run the handler here, marked as forwarded."""
+    if message.version != REPLICATION_VERSION or message.api_key not in FORWARDABLE:
+        raise ValueError(f"cannot answer a forwarded request for API {message.api_key} (version {message.version})")
+    handler = registry.HANDLERS[message.api_key]
+    request = REQUEST_CLASSES[message.api_key].decode(message.body, version=message.api_version)
+    header = RequestHeader(message.api_key, message.api_version, 0, message.client_id, forwarded=True)
+    response = await handler.fn(broker, header, request)
+    return KafkaForwardResponse(REPLICATION_VERSION, bytes(response.encode(version=message.api_version)))

@@ -19,11 +19,11 @@ from .log import EntryKind, LogClosedError, PartitionLog
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .producers import DuplicateBatch, ProducerStateManager
 from .protocol import batch as batches
-from .diskless.coordinates import WalRef, encode_ref
+from .log.coordinates import WalRef, encode_ref
 from .protocol.batch import BATCH_HEADER_SIZE, BatchFormatError, BatchHeader, UnsupportedMagicError, parse_header
 from .protocol.errors import ApiError, ErrorCode
-from .replication.epochs import LeaderEpochCache
-from .replication.leader_state import LeaderState
+from .log.epochs import LeaderEpochCache
+from .leader_state import LeaderState
 from .topic_config import TopicSettings
 
 log = logging.getLogger(__name__)

@@ -28,42 +28,68 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from .dispatch import ConnectionFault, dispatch
 from .request_memory import RequestMemory
 from .sockets import set_up_connection
+from .protocol.api_keys import ApiKey
+from .protocol.errors import ConnectionFault
 from .protocol.frames import FrameError, FrameReader, frame
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .clock import Clock
+    from .config import BrokerConfig
+    from .metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
-PRODUCE = 0
+# One request frame and the client's "host:port" -> the encoded response (None: no answer).
+Dispatch = Callable[[bytes, str], Coroutine[Any, Any, "list[bytes | bytearray] | None"]]
+Answer = asyncio.Task["list[bytes | bytearray] | None"]  # a request being handled
+
 # APIs that neither read nor change what an earlier Produce of the connection wrote, so they
 # need not wait for pipelined Produce requests to be answered.
 INDEPENDENT_OF_PRODUCE = frozenset({
-    18,  # ApiVersions
-    3,   # Metadata
-    10,  # FindCoordinator
-    11, 14, 12, 13,  # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
-    15, 16,  # DescribeGroups, ListGroups
-    9,   # OffsetFetch
-    32,  # DescribeConfigs
-    60,  # DescribeCluster
+    ApiKey.API_VERSIONS,
+    ApiKey.METADATA,
+    ApiKey.FIND_COORDINATOR,
+    ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+    ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.DESCRIBE_CLUSTER,
 })
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The listener's bounds (see the module docstring), from the broker's configuration."""
+
+    socket_request_max_bytes: int
+    queued_max_requests: int
+    queued_max_request_bytes_per_connection: int
+    queued_max_request_bytes: int
+    connections_max_idle_ms: int
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ServerLimits:
+        return cls(config.socket_request_max_bytes, config.queued_max_requests,
+                   config.queued_max_request_bytes_per_connection, config.queued_max_request_bytes,
+                   config.connections_max_idle_ms)
 
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: "KafkaServer") -> None:
         self._server = server
-        self._broker = server.broker
-        config = server.broker.config
-        self._reader = FrameReader(config.socket_request_max_bytes)
-        self._max_requests = config.queued_max_requests
-        self._max_bytes = config.queued_max_request_bytes_per_connection
+        self._metrics = server.metrics
+        limits = server.limits
+        self._reader = FrameReader(limits.socket_request_max_bytes)
+        self._max_requests = limits.queued_max_requests
+        self._max_bytes = limits.queued_max_request_bytes_per_connection
         self._memory = server.memory
         self._queue: collections.deque[bytes] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -89,12 +115,12 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = set_up_connection(transport)
         self.last_active = asyncio.get_running_loop().time()
         self._server.connections.add(self)
-        self._broker.metrics.connections.inc()
+        self._metrics.connections.inc()
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     def data_received(self, data: bytes) -> None:
         self.last_active = asyncio.get_running_loop().time()
-        self._broker.metrics.bytes_in.inc(len(data))
+        self._metrics.bytes_in.inc(len(data))
         try:
             frames = self._reader.feed(data)
         except FrameError as exc:
@@ -126,7 +152,7 @@ class KafkaConnection(asyncio.Protocol):
         self._can_write.set()
         if self in self._server.connections:
             self._server.connections.discard(self)
-            self._broker.metrics.connections.dec()
+            self._metrics.connections.dec()
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -168,7 +194,7 @@ class KafkaConnection(asyncio.Protocol):
             self._transport.pause_reading()
             self._server.paused_connections += 1
 
-    def _handled(self, task: asyncio.Task, nbytes: int, in_flight: set) -> None:  # type: ignore[type-arg]
+    def _handled(self, task: Answer, nbytes: int, in_flight: set[Answer]) -> None:
         """A request's handler finished: its bytes are no longer needed."""
         in_flight.discard(task)
         self._held_requests -= 1
@@ -196,10 +222,10 @@ class KafkaConnection(asyncio.Protocol):
     async def _work(self) -> None:
         """Take requests in arrival order and start each once what it must follow is done
         (see the module docstring); the writer answers them in the same order."""
-        responses: asyncio.Queue[asyncio.Task[list[bytes | bytearray] | None] | None] = asyncio.Queue()
+        responses: asyncio.Queue[Answer | None] = asyncio.Queue()
         writer = asyncio.get_running_loop().create_task(self._write_responses(responses))
-        in_flight: set[asyncio.Task[list[bytes | bytearray] | None]] = set()
-        exclusive: asyncio.Task[list[bytes | bytearray] | None] | None = None  # latest request other than Produce
+        in_flight: set[Answer] = set()
+        exclusive: Answer | None = None  # latest request other than Produce
         try:
             while True:
                 if not self._queue:
@@ -214,12 +240,12 @@ class KafkaConnection(asyncio.Protocol):
                 api_key = int.from_bytes(request[:2], "big", signed=True)
                 if exclusive is not None and not exclusive.done():
                     await asyncio.wait((exclusive,))
-                if api_key != PRODUCE and api_key not in INDEPENDENT_OF_PRODUCE and in_flight:
+                if api_key != ApiKey.PRODUCE and api_key not in INDEPENDENT_OF_PRODUCE and in_flight:
                     await asyncio.wait(set(in_flight))
-                task = asyncio.get_running_loop().create_task(dispatch(self._broker, request, self.peer))
+                task = asyncio.get_running_loop().create_task(self._server.dispatch(request, self.peer))
                 in_flight.add(task)
-                task.add_done_callback(lambda done, size=len(request): self._handled(done, size, in_flight))
-                if api_key != PRODUCE:
+                task.add_done_callback(functools.partial(self._handled, nbytes=len(request), in_flight=in_flight))
+                if api_key != ApiKey.PRODUCE:
                     exclusive = task
                 responses.put_nowait(task)
         finally:
@@ -235,7 +261,7 @@ class KafkaConnection(asyncio.Protocol):
             if self._transport is not None:
                 self._transport.close()
 
-    async def _write_responses(self, responses: asyncio.Queue) -> None:  # type: ignore[type-arg]
+    async def _write_responses(self, responses: asyncio.Queue[Answer | None]) -> None:
         """Write answers strictly in request order. After a fault the connection is closed and
         the remaining requests are only waited out (nobody is left to answer)."""
         faulted = False
@@ -256,16 +282,19 @@ class KafkaConnection(asyncio.Protocol):
                     self._transport.close()
                 continue
             if response is not None:
-                self._broker.metrics.bytes_out.inc(sum(len(part) for part in response))
+                self._metrics.bytes_out.inc(sum(len(part) for part in response))
                 self._transport.writelines(frame(response))
                 await self._can_write.wait()
 
 
 class KafkaServer:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, dispatch: Dispatch, limits: ServerLimits, metrics: BrokerMetrics, clock: Clock) -> None:
+        self.dispatch = dispatch
+        self.clock = clock
+        self.limits = limits
+        self.metrics = metrics
         self.connections: set[KafkaConnection] = set()
-        self.memory = RequestMemory(broker.config.queued_max_request_bytes, broker.metrics.request_memory_bytes.set)
+        self.memory = RequestMemory(limits.queued_max_request_bytes, metrics.request_memory_bytes.set)
         self.paused_connections = 0  # not being read from: at a bound
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task[None] | None = None
@@ -291,10 +320,10 @@ class KafkaServer:
             await self._server.wait_closed()
 
     async def _reap_idle(self) -> None:
-        idle_s = self.broker.config.connections_max_idle_ms / 1000
+        idle_s = self.limits.connections_max_idle_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
-            await self.broker.clock.sleep(min(idle_s / 2, 30.0))
+            await self.clock.sleep(min(idle_s / 2, 30.0))
             deadline = loop.time() - idle_s
             for conn in list(self.connections):
                 if not conn.busy and conn.last_active < deadline:

@@ -26,8 +26,8 @@ import msgspec
 
 from walfiles.keys import parse_wal_id
 
+from ..log.coordinates import make_ref
 from ..protocol.errors import ApiError, ErrorCode
-from .coordinates import make_ref
 
 if TYPE_CHECKING:
     from ..clock import Clock

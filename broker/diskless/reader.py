@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.diskless.cache import ObjectCache
-from broker.diskless.coordinates import WalRef
+from broker.log.coordinates import WalRef
 from broker.objectstore.store import ObjectReader
 from broker.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
 from walfiles.format import coalesce

@@ -37,9 +37,15 @@ from .offsets import OffsetChange, ReplicatedOffsets
 from .records import GroupKey, OffsetKey, OffsetValue
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    import uuid
+
+    from ..clock import Clock
+    from ..cluster.view import ClusterView
+    from ..config import BrokerConfig
+    from ..metrics import BrokerMetrics
     from ..partition import Partition
-    from ..topics import Topic
+    from ..replica_manager import ReplicaManager
+    from ..topics import Topic, TopicCatalog
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +60,17 @@ class _PartitionStats:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: "Broker") -> None:
-        self._broker = broker
-        config = broker.config
+    def __init__(self, config: "BrokerConfig", catalog: "TopicCatalog", view: "ClusterView",
+                 replicas: "ReplicaManager", clock: "Clock", metrics: "BrokerMetrics",
+                 assign_replicas: Callable[[range, int], dict[int, list[int]]],
+                 new_uuid: Callable[[], "uuid.UUID"]) -> None:
+        """`assign_replicas(partitions, replication factor)` places the offsets topic's replicas."""
+        self._config = config
+        self._catalog = catalog
+        self._view = view
+        self._replicas = replicas
+        self._clock = clock
+        self._assign_replicas = assign_replicas
         self._num_partitions = config.offsets_topic_num_partitions
         self._group_config = GroupConfig(
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -70,8 +84,8 @@ class GroupCoordinator:
         self._stats: dict[int, _PartitionStats] = {}
         self._timer_waker: asyncio.Future[None] | None = None
         self._last_join_at: dict[str, int] = {}  # monotonic ms of each group's latest JoinGroup
-        self._new_uuid = lambda: str(broker.env.new_uuid())  # member ids
-        self._metrics = broker.metrics
+        self._new_uuid = lambda: str(new_uuid())  # member ids
+        self._metrics = metrics
         self._tasks: list[asyncio.Task[None]] = []
         self._led: set[int] = set()  # __consumer_offsets partitions this broker leads and has loaded
         self._truncations: dict[int, asyncio.Task[None]] = {}  # partition -> log start move after compaction
@@ -79,16 +93,16 @@ class GroupCoordinator:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        catalog = self._broker.catalog
-        live = sum(1 for b in self._broker.view.brokers.values() if not b.stateless)
-        if live >= self._broker.config.offsets_topic_replication_factor or self._broker.config.metadata == "local:":
+        catalog = self._catalog
+        live = sum(1 for b in self._view.brokers.values() if not b.stateless)
+        if live >= self._config.offsets_topic_replication_factor or self._config.metadata == "local:":
             await self.ensure_offsets_topic()
         topic = catalog.get(records.OFFSETS_TOPIC)
         if topic is not None:
             self._num_partitions = topic.partitions
         catalog.subscribe(self._on_topic_change)
-        self._broker.replicas.on_role_changed(self._on_role_changed)
-        for partition in list(self._broker.replicas.partitions.values()):
+        self._replicas.on_role_changed(self._on_role_changed)
+        for partition in list(self._replicas.partitions.values()):
             self._on_role_changed(partition)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run_timers()), loop.create_task(self._run_retention())]
@@ -98,16 +112,16 @@ class GroupCoordinator:
     async def ensure_offsets_topic(self) -> None:
         """Create __consumer_offsets if missing: at start when enough brokers are up for its
         replication factor, else on the first FindCoordinator, as Kafka does."""
-        catalog = self._broker.catalog
+        catalog = self._catalog
         if catalog.get(records.OFFSETS_TOPIC) is not None:
             return
         prepared = catalog.prepare(records.OFFSETS_TOPIC, self._num_partitions, {
-            **INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._broker.config.offsets_topic_segment_bytes)})
+            **INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._config.offsets_topic_segment_bytes)})
         prepared.internal = True
-        live = sum(1 for b in self._broker.view.brokers.values() if not b.stateless)
-        factor = min(self._broker.config.offsets_topic_replication_factor, live)
+        live = sum(1 for b in self._view.brokers.values() if not b.stateless)
+        factor = min(self._config.offsets_topic_replication_factor, live)
         try:
-            await catalog.create(prepared, self._broker.assign_replicas(range(prepared.partitions), factor))
+            await catalog.create(prepared, self._assign_replicas(range(prepared.partitions), factor))
         except ApiError as exc:  # another broker created it first
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
@@ -128,7 +142,7 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None:
             group = self._groups[group_id] = self._new_group(group_id)
-        self._last_join_at[group_id] = self._broker.clock.monotonic_ms()
+        self._last_join_at[group_id] = self._clock.monotonic_ms()
         return await self._call(group, lambda: group.join(self._now(), **kwargs))
 
     async def sync(self, group_id: str, **kwargs: Any) -> SyncResult:
@@ -173,7 +187,7 @@ class GroupCoordinator:
         now = self._now()
         codes: list[int] = []
         writes: list[tuple[OffsetKey, OffsetValue]] = []
-        limit = self._broker.config.offset_metadata_max_bytes
+        limit = self._config.offset_metadata_max_bytes
         for topic, name, partition, offset, epoch, metadata, expire_ms in offsets:
             if topic is None or not 0 <= partition < topic.partitions:
                 codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -289,7 +303,7 @@ class GroupCoordinator:
         if rebalanced and group.group_id in self._last_join_at:
             self._metrics.group_rebalances.inc()
             self._metrics.group_rebalance_seconds.observe(
-                (self._broker.clock.monotonic_ms() - self._last_join_at[group.group_id]) / 1000)
+                (self._clock.monotonic_ms() - self._last_join_at[group.group_id]) / 1000)
         if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
             self._last_join_at.pop(group.group_id, None)
@@ -320,7 +334,7 @@ class GroupCoordinator:
 
     # -- persistence -----------------------------------------------------------------------
     def _partition(self, index: int) -> "Partition":
-        return self._broker.replicas.get(records.OFFSETS_TOPIC, index)
+        return self._replicas.get(records.OFFSETS_TOPIC, index)
 
     def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]],
                 changes: list[OffsetChange] | None = None) -> int:
@@ -334,7 +348,7 @@ class GroupCoordinator:
         for key, value in items:
             stats.records_since_compaction += 1
             (stats.live_keys.add if value is not None else stats.live_keys.discard)(key)
-        threshold = max(self._broker.config.offsets_topic_compaction_min_records, 2 * len(stats.live_keys))
+        threshold = max(self._config.offsets_topic_compaction_min_records, 2 * len(stats.live_keys))
         if stats.records_since_compaction > threshold:
             self._compact(index)
         return end
@@ -343,7 +357,7 @@ class GroupCoordinator:
         """Wait until partition `index` replicated its log below `end_offset`, like any
         acks=all write, and expose what it replicated; the error code to answer if it did not."""
         try:
-            await self._partition(index).wait_replicated(end_offset, self._broker.config.offsets_commit_timeout_ms / 1000)
+            await self._partition(index).wait_replicated(end_offset, self._config.offsets_commit_timeout_ms / 1000)
         except ApiError as exc:
             return ErrorCode.NOT_COORDINATOR if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
                 else ErrorCode.REQUEST_TIMED_OUT
@@ -396,7 +410,7 @@ class GroupCoordinator:
 
     async def _truncate_when_replicated(self, partition: "Partition", epoch: int, start: int, end: int) -> None:
         try:
-            await partition.wait_replicated(end, self._broker.config.offsets_commit_timeout_ms / 1000)
+            await partition.wait_replicated(end, self._config.offsets_commit_timeout_ms / 1000)
         except ApiError as exc:
             log.info("%s-%d: compaction's re-append not replicated (%s); the log start stays",
                      partition.topic, partition.index, exc.message)
@@ -431,7 +445,7 @@ class GroupCoordinator:
 
     # -- housekeeping ----------------------------------------------------------------------
     async def _run_retention(self) -> None:
-        config = self._broker.config
+        config = self._config
         while True:
             await self._broker.clock.sleep(config.offsets_retention_check_interval_ms / 1000)
             try:
@@ -440,7 +454,7 @@ class GroupCoordinator:
                 log.exception("offset expiry failed")
 
     def expire_offsets(self) -> int:
-        retention_ms = self._broker.config.offsets_retention_minutes * 60_000
+        retention_ms = self._config.offsets_retention_minutes * 60_000
         due = [(g, t, p) for g, t, p in self.offsets.committed.expired(self._now(), retention_ms, self._empty_since)
                if not self.offsets.is_pending(records.partition_for(g, self._num_partitions), g, t, p)]
         self._remove_offsets(due)
@@ -498,11 +512,11 @@ class GroupCoordinator:
 
     def coordinator_of(self, group_id: str) -> int:
         """The node leading the group's __consumer_offsets partition; -1 while it has none."""
-        topic = self._broker.catalog.get(records.OFFSETS_TOPIC)
+        topic = self._catalog.get(records.OFFSETS_TOPIC)
         if topic is None:
             return -1
         index = records.partition_for(group_id, topic.partitions)
-        state = self._broker.view.partitions.get((str(topic.topic_id), index))
+        state = self._view.partitions.get((str(topic.topic_id), index))
         return state.record.leader if state is not None else -1
 
     # -- leadership of __consumer_offsets partitions ---------------------------------------
@@ -551,7 +565,7 @@ class GroupCoordinator:
         return topics
 
     def _now(self) -> int:
-        return self._broker.clock.now_ms()
+        return self._clock.now_ms()
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, self._group_config, new_uuid=self._new_uuid, now_ms=self._now())

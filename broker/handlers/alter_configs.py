@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import AlterConfigsResponse
+from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from .config_resources import ResourceType, STATIC_BROKER_MESSAGE, alter_topic, require_resource_type
 from .registry import api
 
 _Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
-@api(33)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.ALTER_CONFIGS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: AlterConfigsRequest) -> AlterConfigsResponse:
     results = []
     for resource in request.resources:
         try:

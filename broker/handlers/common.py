@@ -9,12 +9,12 @@ from ..protocol.errors import ApiError, ErrorCode
 from ..topics import Topic
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..context import HandlerContext
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def resolve_topic(broker: "Broker", name: str | None, topic_id: uuid.UUID | None) -> Topic:
+def resolve_topic(broker: "HandlerContext", name: str | None, topic_id: uuid.UUID | None) -> Topic:
     """The topic a request names, by id (v13+ Produce/Fetch) or by name."""
     if topic_id is not None and topic_id != ZERO_UUID:
         topic = broker.catalog.by_id(topic_id)
@@ -27,6 +27,6 @@ def resolve_topic(broker: "Broker", name: str | None, topic_id: uuid.UUID | None
     return topic
 
 
-def live_brokers(broker: "Broker") -> list[tuple[int, str, int, str | None]]:
+def live_brokers(broker: "HandlerContext") -> list[tuple[int, str, int, str | None]]:
     """(node_id, host, port, rack) of every registered broker, by node id."""
     return [(b.node_id, b.host, b.port, b.az) for b in sorted(broker.view.brokers.values(), key=lambda b: b.node_id)]

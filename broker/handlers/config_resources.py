@@ -7,6 +7,7 @@ from enum import IntEnum
 from typing import Mapping
 
 from ..config import CONFIG_KEYS
+from ..context import HandlerContext
 from ..protocol.errors import ApiError, ErrorCode
 from ..topic_config import ConfigEntry, ConfigSource, ConfigType, broker_value
 from ..topics import Topic
@@ -17,7 +18,7 @@ class ResourceType(IntEnum):
     BROKER = 4
 
 
-def broker_entries(broker) -> list[ConfigEntry]:  # type: ignore[no-untyped-def]
+def broker_entries(broker: HandlerContext) -> list[ConfigEntry]:
     entries = []
     for key in CONFIG_KEYS:
         value, explicit = broker_value(broker.config, key)
@@ -26,7 +27,7 @@ def broker_entries(broker) -> list[ConfigEntry]:  # type: ignore[no-untyped-def]
     return entries
 
 
-def check_broker_resource(broker, name: str) -> None:  # type: ignore[no-untyped-def]
+def check_broker_resource(broker: HandlerContext, name: str) -> None:
     if name not in ("", str(broker.node_id)):
         raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {name} is not this broker ({broker.node_id})")
 
@@ -38,7 +39,8 @@ def require_resource_type(resource_type: int) -> ResourceType:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported config resource type {resource_type}") from None
 
 
-async def alter_topic(broker, topic_name: str, overrides: Mapping[str, str | None], validate_only: bool) -> None:  # type: ignore[no-untyped-def]
+async def alter_topic(broker: HandlerContext, topic_name: str, overrides: Mapping[str, str | None],
+                      validate_only: bool) -> None:
     """Replace a topic's overrides (validated) unless validate_only."""
     topic: Topic | None = broker.catalog.get(topic_name)
     if topic is None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import CreatePartitionsResponse
+from typing import Any
 
+from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
+
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from .registry import api
 
 _Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-@api(37)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.CREATE_PARTITIONS)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     results = []
     for wanted in request.topics:
         try:
@@ -31,7 +37,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
-def _manual(broker, new: range, assignments) -> dict[int, list[int]]:  # type: ignore[no-untyped-def]
+def _manual(broker: HandlerContext, new: range, assignments: list[Any]) -> dict[int, list[int]]:
     live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
     if len(assignments) != len(new):
         raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,

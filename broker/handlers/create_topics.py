@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import CreateTopicsResponse
+from typing import Any
 
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from ..topic_config import describe
 from .registry import api
 
@@ -12,8 +17,8 @@ _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = _Result.CreatableTopicConfigs
 
 
-@api(19)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.CREATE_TOPICS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: CreateTopicsRequest) -> CreateTopicsResponse:
     results = []
     seen: set[str] = set()
     for creatable in request.topics:
@@ -43,7 +48,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
-def _partition_count(broker, creatable) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+def _partition_count(broker: HandlerContext, creatable: Any) -> tuple[int, int]:
     """Check replication factor and manual assignments; return the partition count (-1 =
     default) and the replication factor."""
     live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import DeleteGroupsResponse
+from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .registry import api
 
 
-@api(42)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.DELETE_GROUPS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     results = []
     for group_id in request.groups_names:
         try:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import DeleteRecordsResponse
+from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from .registry import api
 
 _Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -12,8 +15,8 @@ _Partition = _Topic.DeleteRecordsPartitionResult
 TO_HIGH_WATERMARK = -1
 
 
-@api(21)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.DELETE_RECORDS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
     for wanted in request.topics:
         partitions = []

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import DeleteTopicsResponse
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .common import ZERO_UUID, resolve_topic
 from .registry import api
 
 _Result = DeleteTopicsResponse.DeletableTopicResult
 
 
-@api(20)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.DELETE_TOPICS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     if header.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:

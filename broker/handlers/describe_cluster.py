@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ErrorCode
+from ..protocol.header import RequestHeader
 from .common import live_brokers
 from .registry import api
 
 BROKER_ENDPOINT = 1
 
 
-@api(60)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.DESCRIBE_CLUSTER)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: DescribeClusterRequest) -> DescribeClusterResponse:
     if header.api_version >= 1 and request.endpoint_type != BROKER_ENDPOINT:
         return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
                                        error_message="only broker endpoints are served here",

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import DescribeConfigsResponse
+from typing import Any
 
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
-from ..topic_config import ConfigSource, TOPIC_CONFIGS, broker_value, describe
+from ..protocol.header import RequestHeader
+from ..topic_config import ConfigEntry, ConfigSource, TOPIC_CONFIGS, broker_value, describe
 from .config_resources import ResourceType, broker_entries, check_broker_resource, require_resource_type
 from .registry import api
 
@@ -14,8 +19,9 @@ _Config = _Result.DescribeConfigsResourceResult
 _Synonym = _Config.DescribeConfigsSynonym
 
 
-@api(32)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.DESCRIBE_CONFIGS)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for resource in request.resources:
         try:
@@ -46,7 +52,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-def _synonyms(broker, entry) -> list:  # type: ignore[no-untyped-def]
+def _synonyms(broker: HandlerContext, entry: ConfigEntry) -> list[Any]:
     """Where a topic value could come from, most specific first (Kafka's synonym list)."""
     found = []
     if entry.source == ConfigSource.TOPIC_CONFIG:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import DescribeGroupsResponse
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from .registry import api
 
 _Group = DescribeGroupsResponse.DescribedGroup
 _Member = _Group.DescribedGroupMember
 
 
-@api(15)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.DESCRIBE_GROUPS)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     for group_id in request.groups:
         try:

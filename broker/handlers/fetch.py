@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING, Any, Hashable
 
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from ..log import OffsetOutOfRangeError
+from ..context import HandlerContext
+from ..log import LogEntry, OffsetOutOfRangeError
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import fetch_replica, fetches_elsewhere, is_authoritative
 from ..reads.resolver import SERVED_KINDS, batch_pieces
@@ -27,14 +31,17 @@ from .common import resolve_topic
 from .remote_reads import RemoteRead, Wanted, read_remote
 from .registry import api
 
+if TYPE_CHECKING:
+    from ..partition import Partition
+
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 READ_COMMITTED = 1
 logger = logging.getLogger(__name__)
 
 
-@api(1)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.FETCH)
+async def handle(broker: HandlerContext, header: RequestHeader, request: FetchRequest) -> FetchResponse:
     if header.api_version >= 11:
         broker.router.racks.remember(header.peer, request.rack_id)
     loop = asyncio.get_running_loop()
@@ -58,7 +65,8 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
             await broker.waiters.wait(keys, remaining)
 
 
-async def _wait_mixed(broker, wanted_remote: list[Wanted], keys: list, remaining: float):  # type: ignore[no-untyped-def]
+async def _wait_mixed(broker: HandlerContext, wanted_remote: list[Wanted], keys: list[Hashable],
+                      remaining: float) -> dict[tuple[str, int], RemoteRead] | None:
     """Long-poll the remote partitions at their replicas while waiting for local appends:
     whichever comes first wakes the fetch, so a commit on either side reaches a tailing
     consumer at once. Returns the remote answer if it came first (None: read them again)."""
@@ -73,7 +81,7 @@ async def _wait_mixed(broker, wanted_remote: list[Wanted], keys: list, remaining
     return polled.result() if polled.done() and not polled.cancelled() else None
 
 
-def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-untyped-def]
+def _remote_partitions(broker: HandlerContext, request: FetchRequest) -> list[Wanted]:
     """Partitions of the request that this broker cannot serve itself (reads/replica_policy.py)."""
     wanted = []
     for fetch_topic in request.topics:
@@ -87,6 +95,7 @@ def _remote_partitions(broker, request) -> list[Wanted]:  # type: ignore[no-unty
     return wanted
 
 
+# Untyped, like _read_all, until the read path is reworked (issue 13): the body mixes outcome kinds.
 async def _resolve(broker, found):  # type: ignore[no-untyped-def]
     """Fill each partition's records: classic entries as stored, diskless ones from WAL objects.
     A batch that cannot be read (its object missing or damaged) ends its partition's answer
@@ -107,6 +116,8 @@ async def _resolve(broker, found):  # type: ignore[no-untyped-def]
         response.records = b"".join(served)
 
 
+# Untyped until the read path is reworked (issue 13): the body reads local partitions and remote
+# answers through the same names, which no single type describes.
 def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -168,7 +179,7 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
     return topics, total, has_error, keys, found
 
 
-def _read_local(partition, offset: int, limit: int, first_batch_pending: bool):  # type: ignore[no-untyped-def]
+def _read_local(partition: Partition, offset: int, limit: int, first_batch_pending: bool) -> list[LogEntry]:
     """Entries below the high watermark from `offset`, sized by KIP-74. A follower whose log
     no longer holds the offset (truncated since the fetch began) serves nothing rather than
     OFFSET_OUT_OF_RANGE: only the leader may say that, and the next fetch asks it."""
@@ -186,10 +197,11 @@ def _read_local(partition, offset: int, limit: int, first_batch_pending: bool): 
     return [] if entries and entries[0].header.size > limit else entries
 
 
-def _within(entries, limit: int, first_batch_pending: bool):  # type: ignore[no-untyped-def]
+def _within(entries: list[LogEntry], limit: int, first_batch_pending: bool) -> list[LogEntry]:
     """KIP-74 sizing of entries a remote replica sent: the first batch of the response whole,
     then nothing past `limit`."""
-    taken, size = [], 0
+    taken: list[LogEntry] = []
+    size = 0
     for entry in entries:
         if size + entry.header.size > limit and not (first_batch_pending and not taken):
             break
@@ -198,7 +210,7 @@ def _within(entries, limit: int, first_batch_pending: bool):  # type: ignore[no-
     return taken
 
 
-def _error(index: int, code: ErrorCode, partition):  # type: ignore[no-untyped-def]
+def _error(index: int, code: ErrorCode, partition: Partition | None) -> Any:
     log = partition.log if partition is not None else None
     return _Partition(
         partition_index=index, error_code=code,

@@ -4,17 +4,21 @@ retriable code that would make clients retry forever."""
 
 from __future__ import annotations
 
-from kafka.protocol.metadata import FindCoordinatorResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ErrorCode
+from ..protocol.header import RequestHeader
 from .registry import api
 
 GROUP_KEY_TYPE = 0
 _NO_TRANSACTIONS = "transactions are not supported by this broker yet"
 
 
-@api(10)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.FIND_COORDINATOR)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
     if request.key_type == GROUP_KEY_TYPE:
         await broker.groups.ensure_offsets_topic()
@@ -29,7 +33,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
                                    node_id=node, host=host, port=port)
 
 
-def _find(broker, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:  # type: ignore[no-untyped-def]
+def _find(broker: HandlerContext, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:
     if key_type != GROUP_KEY_TYPE:
         return ErrorCode.UNSUPPORTED_VERSION, _NO_TRANSACTIONS, -1, "", -1
     node = broker.groups.coordinator_of(key)

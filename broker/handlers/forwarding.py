@@ -3,22 +3,21 @@ or a representative that hosts no replica or a follower): ListOffsets and
 OffsetForLeaderEpoch are sent on, per leader, to the partition's leader over the RPC, which
 answers them as if the client had asked it. They are rare and small (a consumer's start,
 a leader change), so their crossing an AZ costs little, and only the leader's answers are
-safe to act on."""
+safe to act on. The leader answers them in dispatch.py (`answer_forwarded`)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol.header import RequestHeader
-from ..protocol.messages import REQUEST_CLASSES, RESPONSE_CLASSES
+from ..protocol.messages import RESPONSE_CLASSES
 from ..replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
 from ..rpc import RpcError, RpcUnavailable
-from . import registry
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..context import HandlerContext
 
 FORWARD_TIMEOUT_S = 30.0
 
@@ -41,7 +40,7 @@ def _rebuilt(message: Any, **changes: Any) -> Any:
     return type(message)(**{**fields, **changes})
 
 
-async def forward(broker: "Broker", node: int, header: RequestHeader, request: Any) -> Any:
+async def forward(broker: "HandlerContext", node: int, header: RequestHeader, request: Any) -> Any:
     """Send `request` to broker `node` and return its decoded response (RpcError if it fails)."""
     registration = broker.view.brokers.get(node)
     if registration is None:
@@ -49,7 +48,7 @@ async def forward(broker: "Broker", node: int, header: RequestHeader, request: A
     message = KafkaForwardRequest(REPLICATION_VERSION, header.api_key, header.api_version, header.client_id,
                                   bytes(request.encode(version=header.api_version)))
     client = broker.rpc_pool.get(node, registration.rpc_host or "", registration.rpc_port)
-    answer = await client.call(message, FORWARD_TIMEOUT_S)
+    answer = cast(KafkaForwardResponse, await client.call(message, FORWARD_TIMEOUT_S))
     return RESPONSE_CLASSES[header.api_key].decode(answer.body, version=header.api_version)
 
 
@@ -65,7 +64,7 @@ class Forwarded:
         self._slots[position] = (results, len(results))
         results.append(None)
 
-    async def fill(self, broker: "Broker", header: RequestHeader, request: Any, topics_attr: str,
+    async def fill(self, broker: "HandlerContext", header: RequestHeader, request: Any, topics_attr: str,
                    partitions_attr: str, failed: Callable[[Any], Any]) -> None:
         """Ask each node for its partitions (concurrently); `failed(original partition)` makes
         the answer for a partition whose node could not be asked."""
@@ -81,13 +80,3 @@ class Forwarded:
 
         await asyncio.gather(*(ask(node, wanted) for node, wanted in self._wanted.items()))
 
-
-async def answer_forwarded(broker: "Broker", message: KafkaForwardRequest) -> KafkaForwardResponse:
-    """The receiving side: run the handler here, marked as forwarded."""
-    if message.version != REPLICATION_VERSION or message.api_key not in (2, 23):
-        raise ValueError(f"cannot answer a forwarded request for API {message.api_key} (version {message.version})")
-    handler = registry.HANDLERS[message.api_key]
-    request = REQUEST_CLASSES[message.api_key].decode(message.body, version=message.api_version)
-    header = RequestHeader(message.api_key, message.api_version, 0, message.client_id, forwarded=True)
-    response = await handler.fn(broker, header, request)
-    return KafkaForwardResponse(REPLICATION_VERSION, bytes(response.encode(version=message.api_version)))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import HeartbeatResponse
+from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .registry import api
 
 
-@api(12)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.HEARTBEAT)
+async def handle(broker: HandlerContext, header: RequestHeader, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
         code = await broker.groups.heartbeat(
             request.group_id, member_id=request.member_id,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from kafka.protocol.admin import IncrementalAlterConfigsResponse
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from ..topic_config import TOPIC_CONFIGS, ConfigType, describe
 from .config_resources import ResourceType, STATIC_BROKER_MESSAGE, alter_topic, require_resource_type
 from .registry import api
@@ -21,8 +24,9 @@ class Op(IntEnum):
     SUBTRACT = 3
 
 
-@api(44)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     results = []
     for resource in request.resources:
         try:

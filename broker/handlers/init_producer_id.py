@@ -4,14 +4,18 @@ a new id rather than bumping the epoch of the one it presents."""
 
 from __future__ import annotations
 
-from kafka.protocol.producer import InitProducerIdResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ErrorCode
+from ..protocol.header import RequestHeader
 from .registry import api
 
 
-@api(22)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.INIT_PRODUCER_ID)
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
         return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
                                       producer_id=-1, producer_epoch=-1)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import JoinGroupResponse
+from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .registry import api
 
 _Member = JoinGroupResponse.JoinGroupResponseMember
 
 
-@api(11)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.JOIN_GROUP)
+async def handle(broker: HandlerContext, header: RequestHeader, request: JoinGroupRequest) -> JoinGroupResponse:
     version = header.api_version
     try:
         result = await broker.groups.join(

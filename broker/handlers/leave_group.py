@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import LeaveGroupResponse
+from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .registry import api
 
 _Member = LeaveGroupResponse.MemberResponse
 
 
-@api(13)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.LEAVE_GROUP)
+async def handle(broker: HandlerContext, header: RequestHeader, request: LeaveGroupRequest) -> LeaveGroupResponse:
     batched = header.api_version >= 3
-    members = [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
+    members: list[tuple[str, str | None]] = \
+        [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
     try:
         result = await broker.groups.leave(request.group_id, members)
     except ApiError as exc:

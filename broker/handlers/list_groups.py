@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from kafka.protocol.admin import ListGroupsResponse
+from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
+from ..protocol.header import RequestHeader
 from .registry import api
 
 CLASSIC = "classic"
 
 
-@api(16)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.LIST_GROUPS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: ListGroupsRequest) -> ListGroupsResponse:
     version = header.api_version
     states = {s.lower() for s in request.states_filter} if version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None

@@ -6,24 +6,32 @@ first record at or after the target, as Kafka does; this is the only place the b
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import ListOffsetsResponse
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import forward_target
 from ..reads.resolver import batch_pieces
 from .forwarding import Forwarded
 from .registry import api
 
+if TYPE_CHECKING:
+    from ..log import LogEntry, PartitionLog
+
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Partition = _Topic.ListOffsetsPartitionResponse
 
 
-@api(2)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.LIST_OFFSETS)
+async def handle(broker: HandlerContext, header: RequestHeader, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     elsewhere = Forwarded()
     for t_pos, list_topic in enumerate(request.topics):
@@ -51,7 +59,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-async def _lookup(broker, log, target: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+async def _lookup(broker: HandlerContext, log: PartitionLog, target: int) -> tuple[int, int]:
     """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches."""
     if target == LATEST:
         return log.high_watermark, -1
@@ -73,7 +81,8 @@ async def _lookup(broker, log, target: int) -> tuple[int, int]:  # type: ignore[
     return await _first_record_at_or_after(broker, entry, target, exact=False)
 
 
-async def _first_record_at_or_after(broker, entry, target: int, exact: bool) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+async def _first_record_at_or_after(broker: HandlerContext, entry: LogEntry, target: int,
+                                    exact: bool) -> tuple[int, int]:
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         return header.base_offset, header.max_timestamp

@@ -10,9 +10,15 @@ Unknown topics are auto-created when the client allows it and
 
 from __future__ import annotations
 
-from kafka.protocol.metadata import MetadataResponse
+import uuid
+from typing import Any
 
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from ..topics import Topic
 from .common import ZERO_UUID, live_brokers
 from .registry import api
@@ -22,8 +28,8 @@ _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 
 
-@api(3)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.METADATA)
+async def handle(broker: HandlerContext, header: RequestHeader, request: MetadataRequest) -> MetadataResponse:
     client_az = broker.router.client_az(header)[0]
     if request.topics is None or (header.api_version == 0 and not request.topics):
         topics = [_describe(broker, t, client_az) for t in broker.catalog.all()]
@@ -40,7 +46,8 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     )
 
 
-async def _lookup(broker, name, topic_id, allow_create: bool, client_az: str | None):  # type: ignore[no-untyped-def]
+async def _lookup(broker: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool,
+                  client_az: str | None) -> Any:
     topic = broker.catalog.get(name) if name else None
     if topic is None and topic_id is not None and topic_id != ZERO_UUID:
         topic = broker.catalog.by_id(topic_id)
@@ -59,10 +66,12 @@ async def _lookup(broker, name, topic_id, allow_create: bool, client_az: str | N
         else:
             return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID,
                           partitions=[])
-    return _describe(broker, topic, client_az)
+    # None only if the topic another client created was deleted at once: that fails the request
+    # (its connection closes), as it always has.
+    return _describe(broker, topic, client_az)  # type: ignore[arg-type]
 
 
-def _describe(broker, topic: Topic, client_az: str | None):  # type: ignore[no-untyped-def]
+def _describe(broker: HandlerContext, topic: Topic, client_az: str | None) -> Any:
     live = broker.view.brokers
     states = broker.view.partitions_of(str(topic.topic_id))
     partitions = []

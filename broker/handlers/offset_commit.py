@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import OffsetCommitResponse
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .common import ZERO_UUID
 from .registry import api
 
@@ -12,8 +15,8 @@ _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 _Partition = _Topic.OffsetCommitResponsePartition
 
 
-@api(8)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.OFFSET_COMMIT)
+async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetCommitRequest) -> OffsetCommitResponse:
     version = header.api_version
     now = broker.clock.now_ms()
     retention = request.retention_time_ms if 2 <= version <= 4 else -1

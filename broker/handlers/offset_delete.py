@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import OffsetDeleteResponse
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .registry import api
 
 _Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
 _Partition = _Topic.OffsetDeleteResponsePartition
 
 
-@api(47)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.OFFSET_DELETE)
+async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
         group_error, codes = await broker.groups.delete_offsets(request.group_id, wanted)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import OffsetFetchResponse
+from typing import Any
 
+from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from .common import ZERO_UUID
 from .registry import api
 
@@ -15,8 +20,8 @@ _NewTopic = _Group.OffsetFetchResponseTopics
 _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 
 
-@api(9)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.OFFSET_FETCH)
+async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetFetchRequest) -> OffsetFetchResponse:
     version = header.api_version
     if version >= 8:
         return R(throttle_time_ms=0, groups=[_fetch_group(broker, g.group_id, g.topics, version) for g in request.groups])
@@ -29,7 +34,7 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return R(throttle_time_ms=0, topics=old_topics, error_code=group.error_code)
 
 
-def _fetch_group(broker, group_id, topics, version):  # type: ignore[no-untyped-def]
+def _fetch_group(broker: HandlerContext, group_id: str, topics: list[Any] | None, version: int) -> Any:
     names: dict[str, object] = {}  # name -> topic id to echo (v10)
     wanted = None
     if topics is not None:

@@ -6,9 +6,12 @@ offset for the current epoch), as Kafka's LeaderEpochFileCache.endOffsetFor comp
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import forward_target
 from .forwarding import Forwarded
@@ -18,8 +21,9 @@ _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _Partition = _Topic.EpochEndOffset
 
 
-@api(23, versions=(2, 4))
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(2, 4))
+async def handle(broker: HandlerContext, header: RequestHeader,
+                 request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
     elsewhere = Forwarded()
     for t_pos, wanted in enumerate(request.topics):

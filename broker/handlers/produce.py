@@ -12,22 +12,29 @@ With acks=0 the client reads no response, so a failed partition closes the conne
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from ..context import HandlerContext
 from ..diskless.wal_writer import PartitionAppend
-from ..dispatch import ConnectionFault
 from ..partition import prepare_diskless
-from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.api_keys import ApiKey
+from ..protocol.errors import ApiError, ConnectionFault, ErrorCode
+from ..protocol.header import RequestHeader
 from .common import resolve_topic
 from .registry import api
+
+if TYPE_CHECKING:
+    from ..diskless.commit import CommitResult
+    from ..topics import Topic
 
 _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
 
 
-@api(0)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.PRODUCE)
+async def handle(broker: HandlerContext, header: RequestHeader, request: ProduceRequest) -> ProduceResponse | None:
     acks = request.acks
     metrics = broker.metrics
     client_az = broker.router.client_az(header)[0]
@@ -84,7 +91,8 @@ async def handle(broker, header, request):  # type: ignore[no-untyped-def]
     return ProduceResponse(responses=topics, throttle_time_ms=0)
 
 
-async def _wait_committed(broker, diskless, futures) -> None:  # type: ignore[no-untyped-def]
+async def _wait_committed(broker: HandlerContext, diskless: list[tuple[list[Any], int, PartitionAppend]],
+                          futures: list[asyncio.Future[CommitResult]]) -> None:
     """Diskless partitions: answer with the leader's commit (offsets, or why not)."""
     for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
         if result.error_code:
@@ -96,7 +104,7 @@ async def _wait_committed(broker, diskless, futures) -> None:  # type: ignore[no
                                    log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
 
 
-def _check_representative(broker, topic, index: int, client_az: str | None) -> None:  # type: ignore[no-untyped-def]
+def _check_representative(broker: HandlerContext, topic: Topic, index: int, client_az: str | None) -> None:
     """Only the partition's representative for the client's AZ takes its produce: any other
     broker answers NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata and moves
     (after a broker joins or leaves its AZ)."""
@@ -110,7 +118,8 @@ def _check_representative(broker, topic, index: int, client_az: str | None) -> N
                        f"broker {chosen} takes produce for {topic.name}-{index} in AZ {client_az}")
 
 
-async def _wait_replicated(broker, waits, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+async def _wait_replicated(broker: HandlerContext, waits: list[tuple[list[Any], int, Any, int]],
+                           timeout_s: float) -> None:
     """acks=all on classic partitions: answer once the ISR holds the records (or say why not)."""
     if not waits:
         return
@@ -123,7 +132,7 @@ async def _wait_replicated(broker, waits, timeout_s: float) -> None:  # type: ig
             raise outcome
 
 
-def _error(broker, index: int, code: ErrorCode, message: str | None):  # type: ignore[no-untyped-def]
+def _error(broker: HandlerContext, index: int, code: ErrorCode, message: str | None) -> Any:
     broker.metrics.produce_errors.labels(code.name).inc()
     return _Partition(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
                       record_errors=[], error_message=message)

@@ -1,6 +1,6 @@
 """The handler registry: one entry per Kafka API, and the single source of ApiVersions.
 
-A handler module registers itself with `@api(KEY)`; the versions it claims default to
+A handler module registers itself with `@api(ApiKey.NAME)`; the versions it claims default to
 the full range of Kafka's schema for that API (kafka-python's message classes), so
 advertising a version means every field of it is decoded and encoded.
 """
@@ -10,18 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.messages import schema_versions
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..context import HandlerContext
     from ..protocol.header import RequestHeader
 
-HandlerFn = Callable[["Broker", "RequestHeader", Any], Awaitable[Any]]
+# (context, header, decoded request) -> response, or None for an acks=0 Produce. Requests and
+# responses are kafka-python's message classes, which are untyped: hence Any.
+HandlerFn = Callable[["HandlerContext", "RequestHeader", Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class Handler:
-    api_key: int
+    api_key: ApiKey
     min_version: int
     max_version: int
     fn: HandlerFn
@@ -30,10 +33,10 @@ class Handler:
         return self.min_version <= version <= self.max_version
 
 
-HANDLERS: dict[int, Handler] = {}
+HANDLERS: dict[int, Handler] = {}  # by API key (an ApiKey, found with the int read off the wire)
 
 
-def api(api_key: int, versions: tuple[int, int] | None = None) -> Callable[[HandlerFn], HandlerFn]:
+def api(api_key: ApiKey, versions: tuple[int, int] | None = None) -> Callable[[HandlerFn], HandlerFn]:
     low, high = versions or schema_versions(api_key)
 
     def register(fn: HandlerFn) -> HandlerFn:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..log import EntryKind, LogEntry
 from ..protocol.batch import parse_header
 from ..protocol.errors import ErrorCode
 from ..reads.replica_policy import ReplicaSite, leader_of, source_replica
-from ..replication.messages import REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest
+from ..replication.messages import (
+    REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse,
+)
 from ..rpc import RpcError, RpcUnavailable
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..context import HandlerContext
 
 RPC_MARGIN_S = 5.0
 Wanted = tuple[str, int, str, int, int]  # topic name, partition, topic id, fetch offset, max bytes
@@ -38,7 +40,8 @@ class RemoteRead:
         self.entries = [LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries]
 
 
-async def read_remote(broker: "Broker", wanted: list[Wanted], max_wait_ms: int) -> dict[tuple[str, int], RemoteRead]:
+async def read_remote(broker: "HandlerContext", wanted: list[Wanted],
+                      max_wait_ms: int) -> dict[tuple[str, int], RemoteRead]:
     """Entries for every wanted partition, one RPC per source broker, concurrently. A source
     that is not the leader serves only offsets it holds; for the others it answers
     OFFSET_NOT_AVAILABLE and the leader is asked, whose answer (OFFSET_OUT_OF_RANGE included)
@@ -53,8 +56,9 @@ async def read_remote(broker: "Broker", wanted: list[Wanted], max_wait_ms: int) 
     return answers
 
 
-async def _ask_sources(broker: "Broker", wanted: list[Wanted], max_wait_ms: int,
-                       choose: Callable[[ReplicaSite, str, int], int | None]) -> dict[tuple[str, int], RemoteRead]:
+async def _ask_sources(broker: "HandlerContext", wanted: list[Wanted], max_wait_ms: int,
+                       choose: Callable[[ReplicaSite, str, int], int | None],
+                       ) -> dict[tuple[str, int], RemoteRead]:
     by_source: dict[int, list[Wanted]] = {}
     answers: dict[tuple[str, int], RemoteRead] = {}
     for item in wanted:
@@ -72,7 +76,7 @@ async def _ask_sources(broker: "Broker", wanted: list[Wanted], max_wait_ms: int,
             if registration is None:
                 raise RpcUnavailable(f"broker {source} left the cluster")
             client = broker.rpc_pool.get(source, registration.rpc_host or "", registration.rpc_port)
-            response = await client.call(request, max_wait_ms / 1000 + RPC_MARGIN_S)
+            response = cast(ReplicaReadResponse, await client.call(request, max_wait_ms / 1000 + RPC_MARGIN_S))
             results = response.partitions
         except RpcError:
             results = [ReadResult(tid, index, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import SyncGroupResponse
+from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
 
+from ..context import HandlerContext
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
+from ..protocol.header import RequestHeader
 from .registry import api
 
 
-@api(14)
-async def handle(broker, header, request):  # type: ignore[no-untyped-def]
+@api(ApiKey.SYNC_GROUP)
+async def handle(broker: HandlerContext, header: RequestHeader, request: SyncGroupRequest) -> SyncGroupResponse:
     version = header.api_version
     try:
         result = await broker.groups.sync(

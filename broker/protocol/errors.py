@@ -105,6 +105,11 @@ class ApiError(Exception):
         return self.code in RETRIABLE
 
 
+class ConnectionFault(Exception):
+    """The request cannot be answered; close the connection it came on. Raised by dispatch
+    (an undecodable frame) and by handlers (a failed acks=0 Produce), caught by the server."""
+
+
 RETRIABLE = frozenset({
     ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,

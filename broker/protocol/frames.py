@@ -9,6 +9,7 @@ trusted to be aligned on frame boundaries.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 _SIZE = struct.Struct(">i")
 
@@ -62,7 +63,7 @@ class FrameReader:
         return frames
 
 
-def frame(payload_parts: list[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
+def frame(payload_parts: Sequence[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
     """Prefix parts with the total size; the transport writes the list without joining."""
     size = sum(len(p) for p in payload_parts)
     return [_SIZE.pack(size), *payload_parts]

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 _FIXED = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 _API = struct.Struct(">hhi")
-API_VERSIONS_KEY = 18
 
 
 class HeaderError(ValueError):

@@ -33,6 +33,7 @@ from kafka.protocol.producer import (
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
 )
 
+from .api_keys import ApiKey
 from .header import RequestHeader, encode_response_header
 from .nulls import checker
 
@@ -77,6 +78,6 @@ def decode_request(api_key: int, api_version: int, frame: bytes | memoryview, bo
 
 def encode_response(header: RequestHeader, response: Any) -> list[bytes | bytearray]:
     """Response header + body for `header`'s API and version, unframed."""
-    flexible = is_flexible(header.api_key, header.api_version) and header.api_key != 18
+    flexible = is_flexible(header.api_key, header.api_version) and header.api_key != ApiKey.API_VERSIONS
     body = response.encode(version=header.api_version)
     return [encode_response_header(header.correlation_id, flexible), body]

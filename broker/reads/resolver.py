@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from ..diskless.coordinates import decode_ref
+from ..log.coordinates import decode_ref
 from ..diskless.reader import ReadFailure, WalReader
 from ..log import EntryKind, LogEntry
 from ..protocol.batch import BATCH_HEADER_SIZE

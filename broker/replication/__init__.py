@@ -1,24 +1,12 @@
-"""Kafka-style replication.
+"""Kafka-style replication: followers fetching from leaders, the leader serving them, ISR changes.
 
-The state machines re-exported here are pure (no sockets, no asyncio, time passed in):
-`epochs` is the persisted leader-epoch cache, `leader_state` the leader's view of its
-followers (ISR, high watermark), `divergence` the leader- and follower-side halves of
-KIP-320 log truncation. The modules that call them own the I/O and the clock.
+`divergence`, re-exported here, is pure (no sockets, no asyncio): the leader- and
+follower-side halves of KIP-320 log truncation. The partition state it works on lives below
+this package, because a partition is built from it: the persisted leader-epoch cache in
+`broker/log/epochs.py`, the leader's view of its followers (ISR, high watermark) in
+`broker/leader_state.py`. The modules here own the I/O and the clock.
 """
 
 from broker.replication.divergence import check_fetch_position, truncation_offset
-from broker.replication.epochs import (
-    CHECKPOINT_FILE,
-    UNDEFINED_EPOCH,
-    UNDEFINED_EPOCH_OFFSET,
-    EpochCheckpointError,
-    EpochEntry,
-    LeaderEpochCache,
-)
-from broker.replication.leader_state import UNKNOWN_OFFSET, LeaderState
 
-__all__ = [
-    "CHECKPOINT_FILE", "EpochCheckpointError", "EpochEntry", "LeaderEpochCache", "LeaderState",
-    "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "UNKNOWN_OFFSET", "check_fetch_position",
-    "truncation_offset",
-]
+__all__ = ["check_fetch_position", "truncation_offset"]

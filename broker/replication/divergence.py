@@ -18,7 +18,7 @@ as a leader but never wrote to is what the next round would otherwise keep repor
 from __future__ import annotations
 
 from broker.protocol.errors import ApiError, ErrorCode
-from broker.replication.epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
+from broker.log.epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 
 
 def check_fetch_position(

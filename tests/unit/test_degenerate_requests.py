@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.dispatch import ConnectionFault
+from broker.protocol.errors import ConnectionFault
 from tests.inprocess import InProcessBroker, InProcessClient
 from tests.integration.clients import build_batch, decode_records
 from tests.integration.test_bad_input import DESTRUCTIVE_API_KEYS, request_header

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
-from broker.diskless.coordinates import (InvalidCoordinates, WalRef, WalRefFormatError, decode_ref, encode_ref,
+from broker.log.coordinates import (InvalidCoordinates, WalRef, WalRefFormatError, decode_ref, encode_ref,
                                         make_ref)
 from broker.protocol.errors import ApiError, ErrorCode
 from walfiles.keys import format_wal_id

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.diskless.cache import ObjectCache
-from broker.diskless.coordinates import WalRef, make_ref
+from broker.log.coordinates import WalRef, make_ref
 from broker.diskless.reader import WalReader, WalReadError
 from broker.objectstore.memory import MemoryObjectStore
 from broker.objectstore.store import NotFound, ObjectStoreError

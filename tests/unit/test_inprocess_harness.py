@@ -19,7 +19,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from broker.dispatch import ConnectionFault
+from broker.protocol.errors import ConnectionFault
 from broker.protocol.errors import ErrorCode
 from tests.inprocess import InProcessBroker, InProcessClient
 from tests.integration.clients import build_batch, decode_records

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import pytest
 
-from broker.diskless.coordinates import decode_ref, encode_ref, make_ref
+from broker.log.coordinates import decode_ref, encode_ref, make_ref
 from broker.log import EntryKind, LogEntry
 from broker.protocol.batch import BATCH_HEADER_SIZE, parse_header
 from broker.reads import resolver

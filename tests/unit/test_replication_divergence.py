@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.replication.divergence import check_fetch_position, truncation_offset
-from broker.replication.epochs import EpochEntry, LeaderEpochCache
+from broker.log.epochs import EpochEntry, LeaderEpochCache
 
 
 def cache_of(*entries: tuple[int, int]) -> LeaderEpochCache:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.replication.epochs import (
+from broker.log.epochs import (
     CHECKPOINT_FILE,
     EpochCheckpointError,
     EpochEntry,

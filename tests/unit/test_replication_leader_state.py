@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.replication.leader_state import UNKNOWN_OFFSET, LeaderState
+from broker.leader_state import UNKNOWN_OFFSET, LeaderState
 
 LAG_MS = 30_000
 T0 = 1_000_000

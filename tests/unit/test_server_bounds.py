@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from types import SimpleNamespace
 
 import pytest
 
-from broker import server as server_module
+from broker.clock import SystemClock
 from broker.config import load_config
 from broker.metrics import BrokerMetrics
-from broker.server import KafkaConnection, KafkaServer
+from broker.server import KafkaConnection, KafkaServer, ServerLimits
 
 PRODUCE, FETCH, METADATA = 0, 1, 3
 
@@ -51,7 +50,7 @@ class Handlers:
         self.started: list[int] = []
         self.gates: dict[int, asyncio.Event] = {}
 
-    async def dispatch(self, broker, frame: bytes, peer: str):  # type: ignore[no-untyped-def]
+    async def dispatch(self, frame: bytes, peer: str) -> list[bytes]:
         correlation = struct.unpack_from(">i", frame, 4)[0]
         self.started.append(correlation)
         await self.gates.setdefault(correlation, asyncio.Event()).wait()
@@ -66,9 +65,9 @@ def request(api_key: int, correlation: int, body_bytes: int = 0) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def listener(**overrides: str) -> KafkaServer:
+def listener(handlers: Handlers, **overrides: str) -> KafkaServer:
     config = load_config(overrides={"metrics.listen": None, **overrides}, environ={})
-    return KafkaServer(SimpleNamespace(config=config, metrics=BrokerMetrics()))  # type: ignore[arg-type]
+    return KafkaServer(handlers.dispatch, ServerLimits.from_config(config), BrokerMetrics(), SystemClock())
 
 
 def connect(server: KafkaServer) -> tuple[KafkaConnection, Transport]:
@@ -78,10 +77,8 @@ def connect(server: KafkaServer) -> tuple[KafkaConnection, Transport]:
 
 
 @pytest.fixture
-def handlers(monkeypatch: pytest.MonkeyPatch) -> Handlers:
-    fake = Handlers()
-    monkeypatch.setattr(server_module, "dispatch", fake.dispatch)
-    return fake
+def handlers() -> Handlers:
+    return Handlers()
 
 
 async def settle() -> None:
@@ -91,7 +88,7 @@ async def settle() -> None:
 
 def test_produce_requests_overlap_far_beyond_sixteen_and_answers_keep_request_order(handlers: Handlers) -> None:
     async def scenario() -> None:
-        connection, transport = connect(listener())
+        connection, transport = connect(listener(handlers))
         connection.data_received(b"".join(request(PRODUCE, c, 100) for c in range(40)))
         await settle()
         assert handlers.started == list(range(40)), "all 40 produce requests run at once"
@@ -104,7 +101,7 @@ def test_produce_requests_overlap_far_beyond_sixteen_and_answers_keep_request_or
 
 def test_metadata_does_not_wait_for_produce_but_fetch_does(handlers: Handlers) -> None:
     async def scenario() -> None:
-        connection, _transport = connect(listener())
+        connection, _transport = connect(listener(handlers))
         connection.data_received(request(PRODUCE, 0) + request(METADATA, 1) + request(FETCH, 2) + request(PRODUCE, 3))
         await settle()
         assert handlers.started == [0, 1], "Metadata runs beside the pending Produce"
@@ -124,7 +121,7 @@ def test_one_connection_is_bounded_in_bytes(handlers: Handlers) -> None:
     """Regression (issue 11, defect 6): a connection could make the broker buffer
     queued.max.requests frames of up to socket.request.max.bytes each."""
     async def scenario() -> None:
-        connection, transport = connect(listener(**{"queued.max.request.bytes.per.connection": "10000"}))
+        connection, transport = connect(listener(handlers, **{"queued.max.request.bytes.per.connection": "10000"}))
         connection.data_received(b"".join(request(PRODUCE, c, 3000) for c in range(3)))
         await settle()
         assert not transport.paused
@@ -139,7 +136,7 @@ def test_one_connection_is_bounded_in_bytes(handlers: Handlers) -> None:
 
 def test_a_frame_is_reserved_before_its_body_is_read_and_the_pool_bounds_the_broker(handlers: Handlers) -> None:
     async def scenario() -> None:
-        server = listener(**{"queued.max.request.bytes": "50000"})
+        server = listener(handlers, **{"queued.max.request.bytes": "50000"})
         first, first_transport = connect(server)
         second, second_transport = connect(server)
         big = request(PRODUCE, 0, 60_000)
@@ -158,7 +155,7 @@ def test_a_frame_is_reserved_before_its_body_is_read_and_the_pool_bounds_the_bro
 
 def test_a_frame_larger_than_the_connection_bound_is_still_read_alone(handlers: Handlers) -> None:
     async def scenario() -> None:
-        connection, transport = connect(listener(**{"queued.max.request.bytes.per.connection": "1000"}))
+        connection, transport = connect(listener(handlers, **{"queued.max.request.bytes.per.connection": "1000"}))
         data = request(PRODUCE, 0, 5000)
         for i in range(0, len(data), 512):
             connection.data_received(data[i:i + 512])

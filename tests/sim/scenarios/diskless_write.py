@@ -29,7 +29,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from broker.config import load_config
 from broker.diskless.cache import ObjectCache
 from broker.diskless.commit import CommitResult, LocalCommitter
-from broker.diskless.coordinates import decode_ref
+from broker.log.coordinates import decode_ref
 from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.metadata.records import PartitionStateRecord

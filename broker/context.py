@@ -1,0 +1,81 @@
+"""What a request handler may use of the broker, and nothing more.
+
+Handlers, dispatch and the forwarding glue are typed against `HandlerContext`, never against
+the composition root (broker.py), so the dependency points one way: the root builds the
+components and satisfies this Protocol structurally; handlers see the components by concern.
+Tests hand handlers a SimpleNamespace with just the members a case needs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .cluster.view import ClusterView
+    from .config import BrokerConfig
+    from .diskless.reader import WalReader
+    from .diskless.wal_writer import WalWriter
+    from .groups.coordinator import GroupCoordinator
+    from .metrics import BrokerMetrics
+    from .peer_service import PeerRequest, PeerResponse
+    from .producer_ids import ProducerIdAllocator
+    from .replica_manager import ReplicaManager
+    from .routing.cross_az import CrossAzBytes
+    from .routing.router import AzRouter
+    from .rpc import RpcClientPool
+    from .topics import TopicCatalog
+    from .waiters import FetchWaiters
+
+
+class HandlerContext(Protocol):
+    """Read-only members, grouped by concern."""
+
+    # -- this broker: configuration, identity, lifecycle, clock, metrics --------------------
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def stopping(self) -> bool: ...  # shutting down: parked fetches answer now
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    # -- topics and the cluster view (metadata) ---------------------------------------------
+    @property
+    def catalog(self) -> TopicCatalog: ...
+    @property
+    def view(self) -> ClusterView: ...
+    def assign_replicas(self, partitions: range | list[int], replication_factor: int) -> dict[int, list[int]]: ...
+
+    # -- replicas hosted here, and waiting for their appends --------------------------------
+    @property
+    def replicas(self) -> ReplicaManager: ...
+    @property
+    def waiters(self) -> FetchWaiters: ...
+
+    # -- clients' AZs: which broker represents a diskless partition, bytes across AZs -------
+    @property
+    def router(self) -> AzRouter: ...
+    @property
+    def cross_az(self) -> CrossAzBytes: ...
+
+    # -- diskless WAL: writing produced batches, reading them back --------------------------
+    @property
+    def wal(self) -> WalWriter: ...
+    @property
+    def wal_reader(self) -> WalReader: ...
+
+    # -- other brokers (forwarded requests, remote reads) -----------------------------------
+    @property
+    def rpc_pool(self) -> RpcClientPool[PeerRequest, PeerResponse]: ...
+
+    # -- coordinators -----------------------------------------------------------------------
+    @property
+    def groups(self) -> GroupCoordinator: ...
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
