@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..protocol.errors import ApiError, ErrorCode
 from . import records
-from .membership import (
-    ClassicGroup, GroupConfig, GroupDescription, GroupState, JoinResult, LeaveResult, Pending,
-    SyncResult, decode_snapshot, encode_snapshot,
-)
+from .membership import ClassicGroup, GroupState
+from .membership_config import GroupConfig
+from .results import GroupDescription, JoinResult, LeaveResult, Pending, SyncResult
+from .snapshot import decode_snapshot, encode_snapshot
 from .consumer_protocol import subscribed_topics
 from .offsets import OffsetChange, ReplicatedOffsets
 from .records import GroupKey, OffsetKey, OffsetValue
