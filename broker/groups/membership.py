@@ -19,6 +19,9 @@ static-member replacement in Stable, the group becoming Empty). At those points 
 records a `GroupSnapshot`; the driver takes it with `ClassicGroup.take_store_request` and should
 write it before it sends the completions of the same call. `ClassicGroup.from_snapshot` loads a
 group after coordinator failover; members get fresh session deadlines.
+
+Settings (`membership_config`), answers (`results`) and the snapshot codec (`snapshot`) live
+in modules of their own; this one is the state machine.
 """
 
 from __future__ import annotations
@@ -27,49 +30,22 @@ import enum
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
-import msgspec
-
+from broker.groups.membership_config import GroupConfig
+from broker.groups.results import (
+    GroupDescription, JoinMember, JoinResult, LeaveResult, MemberDescription, MemberView,
+    Pending, SyncResult,
+)
+from broker.groups.snapshot import (
+    SUPPORTED_SNAPSHOT_VERSIONS, GroupSnapshot, MemberSnapshot, UnknownGroupSnapshotVersionError,
+)
 from broker.protocol.errors import ErrorCode
 from broker.randomness import process_uuid
 
 GROUP_MAX_SIZE_REACHED: int = ErrorCode.GROUP_MAX_SIZE_REACHED
 
 UNKNOWN_MEMBER_ID = ""  # JoinGroupRequest.UNKNOWN_MEMBER_ID
-NO_GENERATION = -1
 MEMBER_ID_DELIMITER = "-"
-SNAPSHOT_VERSION = 1
-SUPPORTED_SNAPSHOT_VERSIONS = frozenset({1})
-
-
-# --------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------
-
-
-class GroupConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Broker-wide classic group settings (Kafka's names and defaults)."""
-
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    max_size: int = 2**31 - 1  # group.max.size
-    # GroupCoordinator.NewMemberJoinTimeoutMs (4.x: group.classic.new.member.join.timeout.ms
-    # internally): a new member's parked JoinGroup is answered UNKNOWN_MEMBER_ID after this.
-    new_member_join_timeout_ms: int = 300_000
-
-    def __post_init__(self) -> None:
-        if self.initial_rebalance_delay_ms < 0:
-            raise ValueError("group.initial.rebalance.delay.ms must be >= 0")
-        if self.min_session_timeout_ms < 0:
-            raise ValueError("group.min.session.timeout.ms must be >= 0")
-        if self.max_session_timeout_ms < self.min_session_timeout_ms:
-            raise ValueError("group.max.session.timeout.ms must be >= group.min.session.timeout.ms")
-        if self.max_size < 1:
-            raise ValueError("group.max.size must be >= 1")
-        if self.new_member_join_timeout_ms < 1:
-            raise ValueError("new_member_join_timeout_ms must be >= 1")
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,143 +77,7 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 class IllegalGroupTransition(Exception):
     """A transition Kafka's table forbids: a bug in this module, never a client error."""
 
-
-# --------------------------------------------------------------------------------------------
-# Results and tokens
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class Pending:
-    """A parked JoinGroup or SyncGroup; the driver maps it to a future. Compared by identity."""
-
-    request_id: int
-    kind: str  # "join" | "sync"
-
-
-class JoinMember(NamedTuple):
-    """One entry of the JoinGroup response's member list (sent to the leader only)."""
-
-    member_id: str
-    group_instance_id: str | None
-    metadata: bytes
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    error_code: int
-    member_id: str
-    generation_id: int = NO_GENERATION
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    skip_assignment: bool = False
-    members: tuple[JoinMember, ...] = ()
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    error_code: int
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-@dataclass(frozen=True)
-class LeaveResult:
-    """``error_code`` is the response's top-level error; ``member_errors`` one per leaving member."""
-
-    error_code: int
-    member_errors: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class MemberView:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes | None  # None: not assigned in the current generation yet
-    awaiting_join: bool
-    awaiting_sync: bool
-    heartbeat_deadline_ms: int | None
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """What DescribeGroups returns for a classic group (Kafka ``GroupMetadata.summary``)."""
-
-    state: str
-    protocol_type: str
-    protocol_name: str
-    members: tuple[MemberDescription, ...]
-
-
 DEAD_GROUP_DESCRIPTION = GroupDescription(GroupState.DEAD.value, "", "", ())
-
-
-# --------------------------------------------------------------------------------------------
-# Snapshot (what Kafka's GroupMetadataValue holds)
-# --------------------------------------------------------------------------------------------
-
-
-class MemberSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    subscription: bytes  # the member's metadata for the group's protocol
-    assignment: bytes
-
-
-class GroupSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    version: int = SNAPSHOT_VERSION
-    group_id: str
-    protocol_type: str | None
-    generation_id: int
-    protocol_name: str | None
-    leader_id: str | None
-    current_state_timestamp_ms: int | None
-    members: tuple[MemberSnapshot, ...] = ()
-
-
-class _VersionOnly(msgspec.Struct):
-    version: int
-
-
-class UnknownGroupSnapshotVersionError(ValueError):
-    """The snapshot was written by a format version this broker does not know."""
-
-
-def encode_snapshot(snapshot: GroupSnapshot) -> bytes:
-    return msgspec.msgpack.encode(snapshot)
-
-
-def decode_snapshot(data: bytes) -> GroupSnapshot:
-    """Decode a snapshot; unknown versions are rejected before the body is interpreted."""
-    version = msgspec.msgpack.decode(data, type=_VersionOnly).version
-    if version not in SUPPORTED_SNAPSHOT_VERSIONS:
-        raise UnknownGroupSnapshotVersionError(
-            f"group snapshot version {version} is not supported "
-            f"(known: {sorted(SUPPORTED_SNAPSHOT_VERSIONS)})"
-        )
-    return msgspec.msgpack.decode(data, type=GroupSnapshot)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1326,9 +1166,6 @@ class ClassicGroup:
 
 
 __all__ = [
-    "DEAD_GROUP_DESCRIPTION", "GROUP_MAX_SIZE_REACHED", "NO_GENERATION", "SNAPSHOT_VERSION",
-    "UNKNOWN_MEMBER_ID", "VALID_PREVIOUS_STATES", "ClassicGroup", "GroupConfig",
-    "GroupDescription", "GroupSnapshot", "GroupState", "IllegalGroupTransition", "JoinMember",
-    "JoinResult", "LeaveResult", "MemberDescription", "MemberSnapshot", "MemberView", "Pending",
-    "SyncResult", "UnknownGroupSnapshotVersionError", "decode_snapshot", "encode_snapshot",
+    "DEAD_GROUP_DESCRIPTION", "GROUP_MAX_SIZE_REACHED", "UNKNOWN_MEMBER_ID", "VALID_PREVIOUS_STATES",
+    "ClassicGroup", "GroupState", "IllegalGroupTransition",
 ]

@@ -82,42 +82,34 @@ OffsetChange = tuple[str, str, int, "OffsetValue | None"]  # group, topic, parti
 
 
 class ReplicatedOffsets:
-    """Offsets of the `__consumer_offsets` partitions this coordinator leads, as appended
+    """Offsets of one `__consumer_offsets` partition this coordinator leads, as appended
     (`latest`) and as replicated (`committed`). Changes move from one to the other, in log
     order, once the partition's high watermark passes the batch that holds them."""
 
     def __init__(self) -> None:
         self.latest = OffsetStore()
         self.committed = OffsetStore()
-        self._pending: dict[int, deque[tuple[int, list[OffsetChange]]]] = {}  # partition -> (end offset, changes)
+        self._pending: deque[tuple[int, list[OffsetChange]]] = deque()  # (end offset, changes)
 
-    def appended(self, index: int, end_offset: int, changes: list[OffsetChange]) -> None:
-        """Changes written in a batch of partition `index` ending before `end_offset`."""
+    def appended(self, end_offset: int, changes: list[OffsetChange]) -> None:
+        """Changes written in a batch ending before `end_offset`."""
         if not changes:
             return
         for group, topic, partition, value in changes:
             _apply(self.latest, group, topic, partition, value)
-        self._pending.setdefault(index, deque()).append((end_offset, changes))
+        self._pending.append((end_offset, changes))
 
-    def replicated(self, index: int, high_watermark: int) -> None:
-        """Expose the changes of partition `index` below `high_watermark`."""
-        pending = self._pending.get(index)
+    def replicated(self, high_watermark: int) -> None:
+        """Expose the changes below `high_watermark`."""
+        pending = self._pending
         while pending and pending[0][0] <= high_watermark:
             for group, topic, partition, value in pending.popleft()[1]:
                 _apply(self.committed, group, topic, partition, value)
 
-    def is_pending(self, index: int, group: str, topic: str, partition: int) -> bool:
+    def is_pending(self, group: str, topic: str, partition: int) -> bool:
         """A change of this offset is appended and not yet replicated."""
         return any((g, t, p) == (group, topic, partition)
-                   for _end, changes in self._pending.get(index, ()) for g, t, p, _v in changes)
-
-    def forget(self, index: int, in_partition: Callable[[str], bool]) -> None:
-        """Leadership of partition `index` moved: drop its offsets from both views."""
-        self._pending.pop(index, None)
-        for store in (self.latest, self.committed):
-            for group, topic, partition, _value in list(store.items()):
-                if in_partition(group):
-                    store.remove(group, topic, partition)
+                   for _end, changes in self._pending for g, t, p, _v in changes)
 
 
 def _apply(store: OffsetStore, group: str, topic: str, partition: int, value: OffsetValue | None) -> None:

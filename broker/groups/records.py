@@ -1,6 +1,6 @@
 """What the group coordinator writes to `__consumer_offsets`: versioned msgspec keys and
-values inside ordinary Kafka record batches, so the topic stays a classic topic that any
-consumer can read and that replication will carry like any other.
+values inside ordinary Kafka record batches (`coordinator.record_batches`), so the topic
+stays a classic topic that any consumer can read and that replication will carry like any other.
 
 Keys: `OffsetKey` (one committed offset) and `GroupKey` (a group's membership snapshot).
 A null value is a tombstone (offset deleted / group deleted). The key's `kind` tag and
@@ -9,10 +9,9 @@ the structs' `version` fields let readers reject what they do not know.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Union
+from typing import Union
 
 import msgspec
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 FORMAT_VERSION = 1
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -80,19 +79,3 @@ def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`."""
     return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
 
-
-def build_batch(records: Iterable[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
-    """One uncompressed v2 batch (no producer id) holding (key, value) records."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
-    for offset, (key, value) in enumerate(records):
-        builder.append(offset, timestamp=timestamp_ms, key=key, value=value, headers=[])
-    return bytes(builder.build())
-
-
-def read_batch(data: bytes | memoryview) -> Iterator[tuple[bytes, bytes | None]]:
-    """(key, value) of every record in one batch; only used when loading a partition."""
-    for record in DefaultRecordBatch(bytes(data)):
-        if record.key is not None:
-            yield record.key, record.value

@@ -1,0 +1,203 @@
+"""The consumer groups and committed offsets of one `__consumer_offsets` partition: the
+coordinator runtime's shard for consumer groups (Kafka's GroupCoordinatorShard).
+
+It knows what the records mean (`records`), rebuilds groups and offsets from them on load,
+hands the runtime its live state for compaction, and drives the `ClassicGroup` state
+machines: parked requests (`Pending`) become futures resolved from `take_completions()`,
+store points become appends (written before the answers of the same call are sent), and
+each group's next deadline becomes a timer keyed by its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..coordinator.record_batches import Record
+from ..protocol.errors import ErrorCode
+from . import records
+from .membership import ClassicGroup, GroupState
+from .membership_config import GroupConfig
+from .offsets import OffsetChange, ReplicatedOffsets
+from .records import GroupKey, OffsetKey
+from .results import JoinResult, Pending
+from .snapshot import decode_snapshot, encode_snapshot
+
+if TYPE_CHECKING:
+    from ..coordinator.runtime import CoordinatorRuntime
+    from ..metrics import BrokerMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShardContext:
+    """What every group shard shares; the GroupCoordinator builds it from its own fields."""
+
+    runtime: "CoordinatorRuntime[GroupShard]"
+    config: GroupConfig
+    now_ms: Callable[[], int]
+    monotonic_ms: Callable[[], int]
+    new_uuid: Callable[[], str]  # member ids
+    metrics: "BrokerMetrics"
+    count_groups: Callable[[], int]  # groups over all shards, for the gauge
+
+
+class GroupShard:
+    def __init__(self, index: int, context: GroupShardContext) -> None:
+        self.index = index
+        self._context = context
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets = ReplicatedOffsets()
+        self._waiting: dict[Pending, asyncio.Future[Any]] = {}
+        self._last_join_at: dict[str, int] = {}  # monotonic ms of each group's latest JoinGroup
+        self._loaded_snapshots: dict[str, bytes | None] = {}  # latest snapshot per group, while loading
+
+    # -- CoordinatorShard ------------------------------------------------------------------
+    def replay(self, end_offset: int, batch: list[Record]) -> None:
+        changes: list[OffsetChange] = []
+        for raw_key, value in batch:
+            key = records.decode_key(raw_key)
+            if isinstance(key, OffsetKey):
+                changes.append((key.group, key.topic, key.partition,
+                                None if value is None else records.decode_offset(value)))
+            else:
+                self._loaded_snapshots[key.group] = value
+        self.offsets.appended(end_offset, changes)
+
+    def on_loaded(self) -> None:
+        """Groups come back Stable (or Empty) with fresh session deadlines."""
+        now = self._context.now_ms()
+        for group_id, value in self._loaded_snapshots.items():
+            if value is not None:
+                group = self.groups[group_id] = ClassicGroup.from_snapshot(
+                    decode_snapshot(value), self._context.config, now, new_uuid=self._context.new_uuid)
+                self._arm(group)
+        self._loaded_snapshots = {}
+
+    def on_replicated(self, high_watermark: int) -> None:
+        self.offsets.replicated(high_watermark)
+
+    def live_records(self) -> list[Record]:
+        live: list[Record] = []
+        for group_id, group in self.groups.items():
+            if group.state is not GroupState.DEAD:
+                live.append((records.encode(GroupKey(records.FORMAT_VERSION, group_id)),
+                             encode_snapshot(group.to_snapshot())))
+        for group_id, topic, p, value in self.offsets.latest.items():
+            live.append((records.encode(OffsetKey(records.FORMAT_VERSION, group_id, topic, p)),
+                         records.encode(value)))
+        return live
+
+    def on_unloaded(self) -> None:
+        """Members get NOT_COORDINATOR and find the new coordinator, which replays the log."""
+        now = self._context.now_ms()
+        for group_id in list(self.groups):
+            group = self.groups.pop(group_id)
+            group.unload(now)
+            self.deliver(group)
+
+    # -- driving the state machines --------------------------------------------------------
+    def new_group(self, group_id: str) -> ClassicGroup:
+        group = self.groups[group_id] = ClassicGroup(group_id, self._context.config, new_uuid=self._context.new_uuid,
+                                                     now_ms=self._context.now_ms())
+        return group
+
+    def note_join(self, group_id: str) -> None:
+        """A JoinGroup arrived: the rebalance it completes is timed from here."""
+        self._last_join_at[group_id] = self._context.monotonic_ms()
+
+    async def call(self, group: ClassicGroup, operation: Callable[[], Any]) -> Any:
+        result = operation()
+        future: asyncio.Future[Any] | None = None
+        if isinstance(result, Pending):
+            future = asyncio.get_running_loop().create_future()
+            self._waiting[result] = future
+        self.deliver(group)
+        return await future if future is not None else result
+
+    def deliver(self, group: ClassicGroup) -> None:
+        """Persist a store point, then answer parked requests, then re-arm the group's timer."""
+        snapshot = group.take_store_request()
+        if snapshot is not None:
+            key = records.encode(GroupKey(records.FORMAT_VERSION, group.group_id))
+            self.append([(key, encode_snapshot(snapshot))])
+        rebalanced = False
+        for pending, answer in group.take_completions():
+            rebalanced |= isinstance(answer, JoinResult) and answer.error_code == ErrorCode.NONE
+            future = self._waiting.pop(pending, None)
+            if future is not None and not future.done():
+                future.set_result(answer)
+        metrics = self._context.metrics
+        if rebalanced and group.group_id in self._last_join_at:
+            metrics.group_rebalances.inc()
+            metrics.group_rebalance_seconds.observe(
+                (self._context.monotonic_ms() - self._last_join_at[group.group_id]) / 1000)
+        if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+            self._last_join_at.pop(group.group_id, None)
+        metrics.groups.set(self._context.count_groups())
+        self._arm(group)
+
+    def _arm(self, group: ClassicGroup) -> None:
+        timers = self._context.runtime.timers
+        deadline = group.next_deadline_ms()
+        if deadline is None or self.groups.get(group.group_id) is not group:
+            timers.cancel(self.index, group.group_id)
+        else:
+            timers.schedule(self.index, group.group_id, deadline, lambda now: self._tick(group, now))
+
+    def _tick(self, group: ClassicGroup, now: int) -> None:
+        if self.groups.get(group.group_id) is group:
+            group.tick(now)
+            self.deliver(group)
+
+    # -- writes ----------------------------------------------------------------------------
+    def append(self, items: list[Record], changes: list[OffsetChange] | None = None) -> int:
+        """Append to this shard's partition (`changes`: the offsets these records set or
+        delete); returns the log end offset after it."""
+        return self._context.runtime.append(self.index, items,
+                                            lambda end: self.offsets.appended(end, changes or []))
+
+    def remove_offsets(self, doomed: list[tuple[str, str, int]]) -> int | None:
+        """Append tombstones for the offsets that exist; the log end offset to wait for, None
+        when nothing was written."""
+        by_group: dict[str, list[tuple[str, int]]] = {}
+        for group_id, topic, partition in doomed:
+            if self.offsets.latest.get(group_id, topic, partition) is not None:
+                by_group.setdefault(group_id, []).append((topic, partition))
+        end: int | None = None
+        for group_id, keys in by_group.items():
+            tombstones: list[Record] = [
+                (records.encode(OffsetKey(records.FORMAT_VERSION, group_id, t, p)), None) for t, p in keys]
+            changes: list[OffsetChange] = [(group_id, t, p, None) for t, p in keys]
+            end = self.append(tombstones, changes)
+        return end
+
+    def forget_group(self, group_id: str) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            group.unload(self._context.now_ms(), ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            self.deliver(group)
+            self.append([(records.encode(GroupKey(records.FORMAT_VERSION, group_id)), None)])
+
+    # -- housekeeping ----------------------------------------------------------------------
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
+        """Remove the offsets due (KIP-211; not those with a change still replicating), and
+        Empty groups left without offsets; how many offsets expired."""
+        due = [(g, t, p) for g, t, p in self.offsets.committed.expired(now_ms, retention_ms, self._empty_since)
+               if not self.offsets.is_pending(g, t, p)]
+        self.remove_offsets(due)
+        for group_id in {g for g, _, _ in due}:
+            group = self.groups.get(group_id)
+            if group is not None and group.is_empty and not self.offsets.latest.has_group(group_id):
+                self.forget_group(group_id)
+        return len(due)
+
+    def _empty_since(self, group_id: str) -> int | None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return -1
+        if not group.is_empty:
+            return None
+        stamp = group.current_state_timestamp_ms
+        return -1 if stamp is None else stamp
