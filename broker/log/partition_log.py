@@ -128,7 +128,7 @@ class RecoveryReport:
 
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, clock: Clock,
-                 on_segment_roll: Callable[[int], None] | None) -> None:
+                 on_segment_roll: Callable[[int], object] | None) -> None:
         self._dir = directory
         self._config = config
         self._clock = clock
@@ -154,7 +154,7 @@ class PartitionLog:
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, clock: Clock,
-             on_segment_roll: Callable[[int], None] | None = None) -> "PartitionLog":
+             on_segment_roll: Callable[[int], object] | None = None) -> "PartitionLog":
         """Open the log in ``directory``, creating it or recovering it after any kind of stop."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ Everything in the MetadataStore contract works here with etcd's semantics, for o
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import os
 from collections import deque
@@ -133,7 +134,7 @@ class LocalMetadataStore:
     async def list(self, prefix: str) -> list[KeyValue]:
         return (await self.list_with_revision(prefix))[0]
 
-    async def list_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]:
+    async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         self._ready()
         kvs = [kv for key, kv in sorted(self._entries.items()) if key.startswith(prefix)]
         return kvs, self._revision

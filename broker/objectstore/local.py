@@ -15,12 +15,14 @@ Blocking file calls run in worker threads, at most `max_concurrency` at a time.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
@@ -37,6 +39,8 @@ from broker.objectstore.store import (
     validate_max_concurrency,
     validate_range,
 )
+
+T = TypeVar("T")
 
 TMP_DIR_NAME = ".shoal-tmp"
 # Temporary files older than this are leftovers of a crash and removed when a store opens
@@ -162,7 +166,7 @@ class LocalObjectStore:
             raise ValueError(f"object key {key!r}: {TMP_DIR_NAME!r} is reserved by the local store")
         return self._root.joinpath(*segments)
 
-    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._semaphore:
             self._in_flight += 1
             try:
@@ -222,7 +226,7 @@ class LocalObjectStore:
             raise _conflict(path, self._root) from None
         return True
 
-    def _delete_paths(self, paths: list[Path]) -> None:
+    def _delete_paths(self, paths: builtins.list[Path]) -> None:
         parents: set[Path] = set()
         for path in paths:
             try:
