@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import itertools
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..atomic_write import write_atomically
 from ..clock import Clock, SystemClock
 from .store import (
     EventType,
@@ -319,18 +319,7 @@ class LocalMetadataStore:
     def _persist(self) -> None:
         if self._path is None:
             return
-        tmp = self._path.with_suffix(".tmp")
-        payload = msgspec.json.encode(_StoreFile(FORMAT_VERSION, self._revision, self._entries))
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self._path, msgspec.json.encode(_StoreFile(FORMAT_VERSION, self._revision, self._entries)))
 
 
 class _LocalWatch:

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.atomic_write import fsync_directory, write_all
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
     MAX_DELETE_BATCH,
@@ -181,10 +182,7 @@ class LocalObjectStore:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -205,12 +203,12 @@ class LocalObjectStore:
                     if attempt == _PARENT_RACE_ATTEMPTS - 1:
                         raise
                     continue  # a delete removed the parent meanwhile
-                _fsync_dir(path.parent)
+                fsync_directory(path.parent)
                 if created_dirs:
                     parent = path.parent
                     while parent != self._root:
                         parent = parent.parent
-                        _fsync_dir(parent)
+                        fsync_directory(parent)
                 return True
             raise AssertionError("unreachable")
         finally:
@@ -338,14 +336,6 @@ def _stat(path: Path, key: str) -> ObjectInfo | None:
 
 def _take(iterator: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
     return list(itertools.islice(iterator, count))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _conflict(path: Path, root: Path) -> ObjectStoreError:
