@@ -4,14 +4,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run dev-cluster test test-unit test-integration sim bench install clean
+.PHONY: run dev-cluster test lint test-unit test-integration sim bench install clean
 
 # Also installs kafkajs (tests/js) for tests/integration/test_kafkajs.py, which skip without
 # node/npm, but fail when CI=true.
 $(STAMP): pyproject.toml tests/js/package.json tests/js/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	if command -v npm >/dev/null 2>&1; then \
 		cd tests/js && npm ci --no-audit --no-fund; \
 	else \
@@ -31,12 +31,19 @@ dev-cluster: $(STAMP)
 	bash .ci/install-etcd
 	$(BIN)/shoal dev cluster --brokers 3 --azs 3
 
-## Install everything (etcd-server from Debian's packages when missing) and run the whole suite.
-## `.ci/run` runs it with CI=true: a missing etcd, moto server or node/kafkajs then fails the
-## tests that need it instead of skipping them (tests/gates.py). No test asserts a duration.
-test: $(STAMP)
+## Install everything (etcd-server from Debian's packages when missing), lint, and run the whole
+## suite. `.ci/run` runs it with CI=true: a missing etcd, moto server or node/kafkajs then fails
+## the tests that need it instead of skipping them (tests/gates.py). No test asserts a duration.
+test: $(STAMP) lint
 	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+## Static checks (settings in pyproject.toml): ruff (errors such as unused imports and undefined
+## names, not style), mypy on broker/ and walfiles/, import-linter's layer contracts.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/protocol
@@ -68,4 +75,4 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.az
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

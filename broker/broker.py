@@ -13,6 +13,7 @@ import base64
 import functools
 import logging
 import uuid
+from typing import cast
 
 from . import __version__
 from .clock import Clock
@@ -30,7 +31,7 @@ from .dispatch import answer_forwarded, dispatch
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all
 from .environment import Environment
-from .metadata import MetadataStore, MetadataUnavailable, RevisionConflict
+from .metadata import KeyValue, MetadataStore, MetadataUnavailable, RevisionConflict
 from .metadata import records
 from .metrics import BrokerMetrics, MetricsServer
 from .objectstore import ObjectStore
@@ -41,6 +42,7 @@ from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
 from .replication.leader_service import ReplicaFetchService
+from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .replication.read_service import ReplicaReadService
 from .peer_service import PeerRequest, PeerResponse, PeerService
 from .diskless.commit_router import CommitRouter
@@ -86,8 +88,10 @@ class Broker:
         self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(
             self.cross_az.replication_bytes)
         self.view.on_brokers_changed(self._forget_departed_peers)
-        self.fetcher = ReplicaFetcher(config, self.view, self.replication_pool, self.metrics, self.cross_az,
-                                      self.clock)
+        # One pool per peer for every message kind; the fetcher sends only ReplicaFetchRequest,
+        # which the peer answers with a ReplicaFetchResponse.
+        fetch_pool = cast("RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse]", self.replication_pool)
+        self.fetcher = ReplicaFetcher(config, self.view, fetch_pool, self.metrics, self.cross_az, self.clock)
         self.replicas.on_role_changed(self.fetcher.on_role_changed)
         self.replica_service = ReplicaFetchService(self.catalog, self.replicas, self.waiters, self.isr, self.clock)
         self.read_service = ReplicaReadService(self.catalog, self.replicas, self.waiters)
@@ -114,9 +118,9 @@ class Broker:
         self.server = KafkaServer(functools.partial(dispatch, self), ServerLimits.from_config(config), self.metrics,
                                   self.clock)
         self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
+        self.ready = False
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
         self.cluster_id = ""
-        self.ready = False
         self.stopping = False
 
     @property
@@ -197,7 +201,7 @@ class Broker:
         self.rpc_pool.retain(live)
         self.replication_pool.retain(live)
 
-    async def _apply_written(self, written: list) -> None:  # type: ignore[type-arg]
+    async def _apply_written(self, written: list[KeyValue]) -> None:
         for kv in written:
             await self.view.apply_put(kv)
 

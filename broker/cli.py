@@ -8,6 +8,8 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from .config import ConfigError, StartRefused, load_config
 
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shoal: {exc}", file=sys.stderr)
         return 2
     from .broker import run
+    runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
         runner = uvloop.run

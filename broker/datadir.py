@@ -25,8 +25,8 @@ from typing import BinaryIO
 
 import msgspec
 
+from .atomic_write import write_atomically
 from .config import StartRefused
-from .log.checkpoint import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from .clock import Clock
 from .log import EntryKind, LogClosedError, PartitionLog
@@ -235,7 +235,7 @@ class Partition:
                 future.set_result(error)
 
     # -- follower side ------------------------------------------------------------------------
-    def append_replicated(self, entries: list[tuple[int, memoryview | bytes]], leader_high_watermark: int) -> int:
+    def append_replicated(self, entries: Sequence[tuple[int, memoryview | bytes]], leader_high_watermark: int) -> int:
         """Append entries fetched from the leader, exactly as the leader holds them (offsets,
         epochs, payloads); returns the bytes appended."""
         appended = 0
@@ -307,7 +307,7 @@ class Partition:
             raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                            f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
 
-    def _append(self, kind: EntryKind, items: list[tuple[BatchHeader, memoryview | bytearray | bytes]]) -> AppendOutcome:
+    def _append(self, kind: EntryKind, items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]]) -> AppendOutcome:
         """Deduplicate against producer state and append, all batches or none (as Kafka
         appends a partition's record set): if a later batch is refused or its write fails,
         the earlier ones are cut off again. A duplicate answers with its offsets."""

@@ -11,7 +11,7 @@ import logging
 import shutil
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 from .clock import Clock
 from .cluster.view import ClusterView, PartitionId, PartitionState
@@ -145,14 +145,13 @@ class ReplicaManager:
             self.waiters.notify(key)
         self._metrics.partitions.set(len(self.partitions))
         if doomed:
-            await asyncio.get_running_loop().run_in_executor(
-                None, lambda: [shutil.rmtree(d, ignore_errors=True) for d in doomed])
+            await asyncio.get_running_loop().run_in_executor(None, _remove_trees, doomed)
 
     def _on_append(self, partition: Partition) -> None:
         self.waiters.notify(partition.key)
 
     # -- background maintenance ------------------------------------------------
-    async def _every(self, interval_ms: int, job) -> None:  # type: ignore[no-untyped-def]
+    async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
         while True:
             await self._clock.sleep(interval_ms / 1000)
             try:
@@ -180,3 +179,8 @@ class ReplicaManager:
         now = self._clock.now_ms()
         for partition in list(self.partitions.values()):
             partition.producers.expire(now)
+
+
+def _remove_trees(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)

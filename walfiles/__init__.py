@@ -2,7 +2,7 @@
 
 - `walfiles.keys`: every object-key format (WAL objects, tiered segments), `format_*`/`parse_*`.
 - `walfiles.format`: the WAL object layout (header, batches, msgpack index, footer), its
-  builder, validating readers, coalesced-range planning and the WAL object lifecycle.
+  builder, validating readers and coalesced-range planning.
 
 Reference: docs/formats.md ("WAL objects"). Nothing in this package does I/O.
 """

@@ -45,7 +45,6 @@ import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 import crc32c
 import msgspec
@@ -529,47 +528,3 @@ def coalesce_coordinates(
 ) -> list[CoalescedRange]:
     """`coalesce` over batch coordinates (members are indices into `coordinates`)."""
     return coalesce([(c.offset, c.end) for c in coordinates], max_gap, max_bytes)
-
-
-# --- lifecycle --------------------------------------------------------------------------------
-
-
-class WalObjectState(Enum):
-    """The life of one WAL object, from the producer side (buffer → commit) to the file
-    manager (unreferenced → deleted)."""
-
-    BUFFERING = "buffering"  # accepting batches in memory
-    SEALED = "sealed"  # closed to appends (size or linger reached); immutable
-    UPLOADING = "uploading"  # PUT in flight (retries stay here)
-    UPLOADED = "uploaded"  # PUT succeeded; no commit sent yet
-    COMMITTED = "committed"  # commits sent: partitions may reference it
-    FAILED = "failed"  # no commit was or will be sent: every batch got an error
-    UNREFERENCED = "unreferenced"  # file manager: past deadline + grace, no replica references it
-    DELETED = "deleted"  # removed from the object store
-
-
-TRANSITIONS: dict[WalObjectState, frozenset[WalObjectState]] = {
-    WalObjectState.BUFFERING: frozenset({WalObjectState.SEALED, WalObjectState.FAILED}),
-    WalObjectState.SEALED: frozenset({WalObjectState.UPLOADING, WalObjectState.FAILED}),
-    WalObjectState.UPLOADING: frozenset({WalObjectState.UPLOADED, WalObjectState.FAILED}),
-    WalObjectState.UPLOADED: frozenset({WalObjectState.COMMITTED, WalObjectState.FAILED}),
-    WalObjectState.COMMITTED: frozenset({WalObjectState.UNREFERENCED}),
-    WalObjectState.FAILED: frozenset({WalObjectState.UNREFERENCED}),
-    WalObjectState.UNREFERENCED: frozenset({WalObjectState.DELETED}),
-    WalObjectState.DELETED: frozenset(),
-}
-
-
-class IllegalTransitionError(ValueError):
-    """A lifecycle move the table does not allow (a bug in the caller)."""
-
-
-def transition(current: WalObjectState, target: WalObjectState) -> WalObjectState:
-    """Return `target` if `current → target` is allowed; repeating the current state is always
-    allowed, so a retried step is harmless. Raises IllegalTransitionError otherwise."""
-    if target is current or target in TRANSITIONS[current]:
-        return target
-    allowed = ", ".join(s.name for s in sorted(TRANSITIONS[current], key=lambda s: s.value)) or "none"
-    raise IllegalTransitionError(
-        f"WAL object cannot go from {current.name} to {target.name} (allowed: {allowed})"
-    )

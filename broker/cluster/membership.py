@@ -162,6 +162,7 @@ class Membership:
                     log.error("cannot register again: %s; this broker stays unregistered and retries every %.1f s",
                               exc, self._interval_s)
                     continue
+                assert self.lease is not None  # _register returns only once registered
                 for listener in self._on_new_lease:
                     listener(self.lease)
             except MetadataError as exc:

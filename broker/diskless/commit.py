@@ -209,8 +209,8 @@ class LocalCommitter:
                 error = wait.exception()
                 assert isinstance(error, ApiError)
                 results.append(WaitResult(True, int(error.code), error.message))
-            elif wait.exception() is not None:
-                raise wait.exception()  # type: ignore[misc]
+            elif (exc := wait.exception()) is not None:
+                raise exc
             else:
                 results.append(WaitResult(True))
         return ReplicationWaitResponse(COMMIT_VERSION, results)

@@ -27,7 +27,7 @@ from .commit import (
 if TYPE_CHECKING:
     from ..cluster.view import ClusterView
     from ..metrics import BrokerMetrics
-    from ..rpc import RpcClientPool
+    from ..rpc import RpcClient, RpcClientPool
     from .commit import LocalCommitter
 
 RPC_MARGIN_S = 5.0  # on top of what the leader may take to answer
@@ -80,7 +80,7 @@ class CommitRouter:
         task.add_done_callback(self._following.discard)
         return outcomes
 
-    async def _follow(self, leader: int, client, request: CommitRequest, call: asyncio.Future,  # type: ignore[no-untyped-def,type-arg]
+    async def _follow(self, leader: int, client: RpcClient, request: CommitRequest, call: asyncio.Future[CommitResponse],
                       outcomes: list[PendingCommit]) -> None:
         try:
             await self._hand_back(leader, client, request, call, outcomes)
@@ -91,7 +91,7 @@ class CommitRouter:
                     if not future.done():
                         future.set_result(unknown)
 
-    async def _hand_back(self, leader: int, client, request: CommitRequest, call: asyncio.Future,  # type: ignore[no-untyped-def,type-arg]
+    async def _hand_back(self, leader: int, client: RpcClient, request: CommitRequest, call: asyncio.Future[CommitResponse],
                          outcomes: list[PendingCommit]) -> None:
         """Hand back the leader's answer per partition, then wait out acks=all ones."""
         try:

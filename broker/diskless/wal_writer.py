@@ -257,8 +257,8 @@ class WalWriter:
         finally:
             _done(obj.dispatched)
         for slot, outcome in zip(obj.slots, pending):
-            outcome.applied.add_done_callback(lambda _applied, slot=slot: self._release(slot.size))
-            outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))
+            outcome.applied.add_done_callback(lambda _applied, slot=slot: self._release(slot.size))  # type: ignore[misc]  # lambda with a default
+            outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))  # type: ignore[misc]  # lambda with a default
         obj.slots = []  # answered by the callbacks: nothing left for _fail
         await asyncio.gather(*(outcome.applied for outcome in pending))
         metrics.wal_commit_seconds.observe(self._clock.monotonic() - started)

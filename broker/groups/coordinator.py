@@ -202,7 +202,7 @@ class GroupCoordinator:
             return found
         return {topic: {p: committed.get(group_id, topic, p) for p in partitions} for topic, partitions in wanted}
 
-    async def delete_offsets(self, group_id: str, wanted: list[tuple[str, int]]) -> tuple[int, list[int]]:
+    async def delete_offsets(self, group_id: str, wanted: list[tuple[str, int]]) -> tuple[int, list[ErrorCode]]:
         """OffsetDelete: (group error, per-partition errors), once the deletion is replicated."""
         shard = self._shard_of(group_id)
         group = shard.groups.get(group_id)

@@ -9,7 +9,7 @@ Apache Kafka's classic group coordinator (Kafka 3.x ``GroupCoordinator.scala`` /
 purgatory come back as an opaque `Pending` token. Their answers appear later in
 `ClassicGroup.take_completions`, produced by whichever call (join, sync, leave, tick, ...)
 moved the group on. Every parked request is answered eventually: the state machine never drops
-a `Pending` (see ``docs/groups-membership.md``).
+a `Pending` (see ``docs/groups.md``, "Classic group membership").
 
 Protocol metadata and assignments are opaque bytes. Offsets are not this module's business;
 `ClassicGroup.validate_offset_commit` only checks the member/generation part of OffsetCommit.

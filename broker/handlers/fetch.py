@@ -33,6 +33,7 @@ from .registry import api
 
 if TYPE_CHECKING:
     from ..partition import Partition
+    from ..topics import Topic
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
@@ -95,20 +96,24 @@ def _remote_partitions(broker: HandlerContext, request: FetchRequest) -> list[Wa
     return wanted
 
 
-# Untyped, like _read_all, until the read path is reworked (issue 13): the body mixes outcome kinds.
-async def _resolve(broker, found):  # type: ignore[no-untyped-def]
+Found = list[tuple[Any, list[LogEntry]]]  # (partition response, its entries): records filled in by _resolve
+
+
+async def _resolve(broker: HandlerContext, found: Found) -> None:
     """Fill each partition's records: classic entries as stored, diskless ones from WAL objects.
     A batch that cannot be read (its object missing or damaged) ends its partition's answer
     there: the batches before it are served, and a partition with none gets
     KAFKA_STORAGE_ERROR (retriable); every other partition is served as usual."""
     outcomes = iter(await batch_pieces(broker, [e for _response, entries in found for e in entries]))
     for response, entries in found:
-        served: list = []
-        failure = None
+        served: list[memoryview | bytes] = []
+        failure: Exception | None = None
         for outcome in (next(outcomes) for _entry in entries):
-            if failure is None and isinstance(outcome, Exception):
+            if failure is not None:
+                continue
+            if isinstance(outcome, Exception):
                 failure = outcome
-            elif failure is None:
+            else:
                 served += outcome
         if failure is not None and not served:
             logger.warning("fetch of partition %d could not read its WAL object: %s", response.partition_index, failure)
@@ -116,19 +121,21 @@ async def _resolve(broker, found):  # type: ignore[no-untyped-def]
         response.records = b"".join(served)
 
 
-# Untyped until the read path is reworked (issue 13): the body reads local partitions and remote
-# answers through the same names, which no single type describes.
-def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
+def _read_all(broker: HandlerContext, request: FetchRequest, remote: dict[tuple[str, int], RemoteRead],
+              ) -> tuple[list[Any], int, bool, list[Hashable], Found]:
+    """Every partition's entries (local, or as a remote replica sent them), sized by KIP-74
+    across the request; errors per partition."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     has_error = False
     first_batch_pending = True
-    aborted = [] if request.isolation_level == READ_COMMITTED else None
-    keys = []
-    topics = []
-    found = []  # (partition response, its entries), records filled in by _resolve
+    aborted: list[Any] | None = [] if request.isolation_level == READ_COMMITTED else None
+    keys: list[Hashable] = []
+    topics: list[Any] = []
+    found: Found = []
     for fetch_topic in request.topics:
         partitions = []
+        topic: Topic | None
         try:
             topic = resolve_topic(broker, fetch_topic.topic, fetch_topic.topic_id)
             topic_error = None
@@ -136,24 +143,26 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
             topic, topic_error = None, exc
         for fetch_partition in fetch_topic.partitions:
             index = fetch_partition.partition
+            partition: Partition | None = None
             try:
-                if topic_error is not None:
-                    raise topic_error
+                if topic is None:
+                    raise topic_error or ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic")
                 limit = min(fetch_partition.partition_max_bytes, budget - total)
-                if (topic.name, index) in remote:
+                read = remote.get((topic.name, index))
+                if read is not None:
                     state = broker.view.partitions.get((str(topic.topic_id), index))
                     if state is not None:  # fenced by the epoch this broker knows, as a replica would be
                         check_leader_epoch(fetch_partition.current_leader_epoch, state.record.leader_epoch)
-                    log = partition = remote[(topic.name, index)]  # answered by a replica elsewhere
-                    if log.error_code:
-                        raise ApiError(ErrorCode(log.error_code), "remote replica read failed")
-                    entries = _within(log.entries, limit, first_batch_pending)
+                    if read.error_code:  # answered by a replica elsewhere
+                        raise ApiError(ErrorCode(read.error_code), "remote replica read failed")
+                    entries = _within(read.entries, limit, first_batch_pending)
+                    high_watermark, log_start_offset = read.high_watermark, read.log_start_offset
                 else:
                     partition = fetch_replica(broker, topic, index)
                     check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
-                    log = partition.log
                     entries = _read_local(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
-                high_watermark = log.high_watermark
+                    high_watermark, log_start_offset = partition.log.high_watermark, partition.log.log_start_offset
+                    keys.append(partition.key)
             except OffsetOutOfRangeError:
                 has_error = True
                 partitions.append(_error(index, ErrorCode.OFFSET_OUT_OF_RANGE, partition))
@@ -162,15 +171,14 @@ def _read_all(broker, request, remote):  # type: ignore[no-untyped-def]
                 has_error = True
                 partitions.append(_error(index, exc.code, None))
                 continue
-            if (topic.name, index) not in remote:
-                keys.append(partition.key)
             entries = [e for e in entries if e.kind in SERVED_KINDS]
             if entries:
                 first_batch_pending = False
                 total += sum(e.header.size for e in entries)
             response = _Partition(
                 partition_index=index, error_code=0, high_watermark=high_watermark,
-                last_stable_offset=high_watermark, log_start_offset=log.log_start_offset,
+                last_stable_offset=high_watermark,
+                log_start_offset=log_start_offset,
                 aborted_transactions=aborted, preferred_read_replica=-1, records=b"")
             partitions.append(response)
             if entries:

@@ -11,14 +11,14 @@ disagree with the recovery point it vouches for.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import msgspec
 
+from broker.atomic_write import write_atomically
+
 CHECKPOINT_VERSION = 1
 CHECKPOINT_FILE = "partition-log.checkpoint"
-_TMP_SUFFIX = ".tmp"
 
 
 class CheckpointFormatError(ValueError):
@@ -68,26 +68,3 @@ def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
     """Atomically replace the checkpoint."""
     write_atomically(checkpoint_path(directory), msgspec.json.encode(checkpoint))
 
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so a crash leaves the old or the new file, never a torn one:
-    tmp file + fsync + rename + directory fsync."""
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

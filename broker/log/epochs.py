@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from .checkpoint import write_atomically
+from broker.atomic_write import write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 CHECKPOINT_VERSION = 1

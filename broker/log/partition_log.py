@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from broker.atomic_write import TMP_SUFFIX, fsync_directory
 from broker.clock import Clock
 from broker.log.checkpoint import (
     CHECKPOINT_FILE,
     CHECKPOINT_VERSION,
     LogCheckpoint,
-    fsync_directory,
     read_checkpoint,
     write_checkpoint,
 )
@@ -128,7 +128,7 @@ class RecoveryReport:
 
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, clock: Clock,
-                 on_segment_roll: Callable[[int], None] | None) -> None:
+                 on_segment_roll: Callable[[int], object] | None) -> None:
         self._dir = directory
         self._config = config
         self._clock = clock
@@ -154,7 +154,7 @@ class PartitionLog:
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, clock: Clock,
-             on_segment_roll: Callable[[int], None] | None = None) -> "PartitionLog":
+             on_segment_roll: Callable[[int], object] | None = None) -> "PartitionLog":
         """Open the log in ``directory``, creating it or recovering it after any kind of stop."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -270,7 +270,7 @@ class PartitionLog:
                 stem = name[: -len(suffix)]
                 if name.endswith(suffix) and len(stem) == 20 and stem.isdigit() and int(stem) not in known:
                     (self._dir / name).unlink(missing_ok=True)
-            if name == CHECKPOINT_FILE + ".tmp":
+            if name == CHECKPOINT_FILE + TMP_SUFFIX:
                 (self._dir / name).unlink(missing_ok=True)
         return bases
 

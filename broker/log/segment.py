@@ -196,13 +196,13 @@ class Segment:
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
             self.load_indexes()
-        return self._offset_index  # type: ignore[return-value]
+        return self._offset_index  # type: ignore[return-value]  # load_indexes sets both indexes
 
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             self.load_indexes()
-        return self._time_index  # type: ignore[return-value]
+        return self._time_index  # type: ignore[return-value]  # load_indexes sets both indexes
 
     def start_empty_indexes(self) -> None:
         """Empty in-memory and on-disk indexes (before a full scan rebuilds them)."""
@@ -227,11 +227,12 @@ class Segment:
             oidx = OffsetIndex(self.index_path.read_bytes())
             tidx = TimeIndex(self.timeindex_path.read_bytes())
         except FileNotFoundError:
-            oidx = tidx = None
-        if oidx is not None and tidx is not None and self._indexes_sane(oidx, tidx):
-            self._offset_index, self._time_index = oidx, tidx
-            self._stats_from_time_index()
-            return False
+            pass  # rebuilt below, like indexes that fail the sanity check
+        else:
+            if self._indexes_sane(oidx, tidx):
+                self._offset_index, self._time_index = oidx, tidx
+                self._stats_from_time_index()
+                return False
         log.warning("rebuilding indexes of segment %s", self.log_path)
         self.rebuild_indexes(self.index_interval_bytes)
         return True
@@ -313,9 +314,9 @@ class Segment:
         if self.rolling_timestamp is None:
             self.rolling_timestamp = max_timestamp  # may be -1 (no timestamp): roll by the clock then
         if self.bytes_since_last_index > index_interval_bytes:
-            self._offset_index.append(base_offset - self.base_offset, position)  # type: ignore[union-attr]
+            self._offset_index.append(base_offset - self.base_offset, position)  # type: ignore[union-attr]  # loaded first
             if self.max_timestamp >= 0:
-                self._time_index.maybe_append(  # type: ignore[union-attr]
+                self._time_index.maybe_append(  # type: ignore[union-attr]  # loaded first
                     self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
             self.bytes_since_last_index = 0
         self.bytes_since_last_index += size

@@ -37,6 +37,7 @@ from one whose outcome is unknown, so this module drives the stubs itself:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import urllib.parse
 from collections import deque
@@ -163,11 +164,23 @@ class EtcdMetadataStore:
         host, port = self._endpoints[self._index]
         return f"{host}:{port}"
 
+    @property
+    def _kv_stub(self) -> rpc.KVStub:
+        """The ready channel's KV stub: requests run inside `_call`, which connects first."""
+        assert self._kv is not None
+        return self._kv
+
+    @property
+    def _lease_stub(self) -> rpc.LeaseStub:
+        """The ready channel's lease stub: requests run inside `_call`, which connects first."""
+        assert self._lease is not None
+        return self._lease
+
     # -- key-value ---------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
         request = rpc.RangeRequest(key=self._key(key))
-        response = await self._call("get", lambda: self._kv.Range(request, timeout=self._request_timeout_s))
+        response = await self._call("get", lambda: self._kv_stub.Range(request, timeout=self._request_timeout_s))
         return self._kv_from(response.kvs[0]) if response.kvs else None
 
     async def put(self, key: str, value: bytes, expected_revision: int | None = None,
@@ -176,7 +189,7 @@ class EtcdMetadataStore:
         check_request_size([(key, value)])
         put = rpc.PutRequest(key=self._key(key), value=value, lease=lease.id if lease else 0)
         if expected_revision is None:
-            response = await self._call("put", lambda: self._kv.Put(put, timeout=self._request_timeout_s))
+            response = await self._call("put", lambda: self._kv_stub.Put(put, timeout=self._request_timeout_s))
             return response.header.revision
         response = await self._txn({key: expected_revision}, [rpc.RequestOp(request_put=put)], "put")
         return response.header.revision
@@ -184,7 +197,7 @@ class EtcdMetadataStore:
     async def delete(self, key: str, expected_revision: int | None = None) -> bool:
         request = rpc.DeleteRangeRequest(key=self._key(key))
         if expected_revision is None:
-            response = await self._call("delete", lambda: self._kv.DeleteRange(request, timeout=self._request_timeout_s))
+            response = await self._call("delete", lambda: self._kv_stub.DeleteRange(request, timeout=self._request_timeout_s))
             return response.deleted > 0
         txn = await self._txn({key: expected_revision}, [rpc.RequestOp(request_delete_range=request)], "delete")
         return txn.responses[0].response_delete_range.deleted > 0
@@ -192,7 +205,7 @@ class EtcdMetadataStore:
     async def list(self, prefix: str) -> list[KeyValue]:
         return (await self.list_with_revision(prefix))[0]
 
-    async def list_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]:
+    async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         start = self._key(prefix)
         end = _range_end(start)
         for attempt in range(LIST_ATTEMPTS):
@@ -203,7 +216,7 @@ class EtcdMetadataStore:
                 while True:
                     request = rpc.RangeRequest(key=key, range_end=end, limit=LIST_PAGE_KEYS, revision=revision)
                     response = await self._call(
-                        "list", lambda: self._kv.Range(request, timeout=self._request_timeout_s))
+                        "list", lambda: self._kv_stub.Range(request, timeout=self._request_timeout_s))
                     if revision == 0:
                         revision = response.header.revision
                     kvs.extend(self._kv_from(kv) for kv in response.kvs)
@@ -226,7 +239,7 @@ class EtcdMetadataStore:
         response = await self._txn(compares, ops, "txn")
         return response.header.revision
 
-    async def _txn(self, compares: Mapping[str, int], ops: list[rpc.RequestOp], what: str) -> rpc.TxnResponse:
+    async def _txn(self, compares: Mapping[str, int], ops: builtins.list[rpc.RequestOp], what: str) -> rpc.TxnResponse:
         keys = list(compares)
         request = rpc.TxnRequest(
             compare=[rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=self._key(key),
@@ -235,7 +248,7 @@ class EtcdMetadataStore:
             failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), keys_only=True))
                      for key in keys])
         idempotent = not compares  # a CAS whose connection dropped may have been applied
-        response = await self._call(what, lambda: self._kv.Txn(request, timeout=self._request_timeout_s),
+        response = await self._call(what, lambda: self._kv_stub.Txn(request, timeout=self._request_timeout_s),
                                     idempotent=idempotent)
         if not response.succeeded:
             found = []
@@ -252,14 +265,14 @@ class EtcdMetadataStore:
     async def grant_lease(self, ttl_s: int) -> Lease:
         check_ttl(ttl_s)
         request = rpc.LeaseGrantRequest(TTL=ttl_s)
-        response = await self._call("grant lease", lambda: self._lease.LeaseGrant(request, timeout=self._request_timeout_s))
+        response = await self._call("grant lease", lambda: self._lease_stub.LeaseGrant(request, timeout=self._request_timeout_s))
         if response.error:
             raise MetadataError(f"etcd grant lease: {response.error}")
         return Lease(response.ID, response.TTL)
 
     async def keep_alive(self, lease: Lease) -> int:
         async def renew() -> rpc.LeaseKeepAliveResponse:
-            call = self._lease.LeaseKeepAlive(timeout=self._request_timeout_s)
+            call = self._lease_stub.LeaseKeepAlive(timeout=self._request_timeout_s)
             try:
                 await call.write(rpc.LeaseKeepAliveRequest(ID=lease.id))
                 response = await call.read()
@@ -284,7 +297,7 @@ class EtcdMetadataStore:
     async def revoke_lease(self, lease: Lease) -> None:
         request = rpc.LeaseRevokeRequest(ID=lease.id)
         try:
-            await self._call("revoke lease", lambda: self._lease.LeaseRevoke(request, timeout=self._request_timeout_s))
+            await self._call("revoke lease", lambda: self._lease_stub.LeaseRevoke(request, timeout=self._request_timeout_s))
         except LeaseExpired:
             pass  # already gone: revoking is idempotent
         for keeper in [k for k in self._keepers if k.lease.id == lease.id]:
@@ -398,7 +411,7 @@ class EtcdMetadataStore:
     def _retire(self, channel: grpc.aio.Channel) -> None:
         """Stop using `channel` (the next request fails over to the next endpoint); it is
         closed once its calls in flight end or after request_timeout_s."""
-        if self._channel is not channel:
+        if self._channel is None or self._channel is not channel:
             return
         self._channel = None
         self._index = (self._index + 1) % len(self._endpoints)

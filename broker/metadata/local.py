@@ -20,8 +20,8 @@ Everything in the MetadataStore contract works here with etcd's semantics, for o
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..atomic_write import write_atomically
 from ..clock import Clock, SystemClock
 from .store import (
     EventType,
@@ -133,7 +134,7 @@ class LocalMetadataStore:
     async def list(self, prefix: str) -> list[KeyValue]:
         return (await self.list_with_revision(prefix))[0]
 
-    async def list_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]:
+    async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         self._ready()
         kvs = [kv for key, kv in sorted(self._entries.items()) if key.startswith(prefix)]
         return kvs, self._revision
@@ -318,18 +319,7 @@ class LocalMetadataStore:
     def _persist(self) -> None:
         if self._path is None:
             return
-        tmp = self._path.with_suffix(".tmp")
-        payload = msgspec.json.encode(_StoreFile(FORMAT_VERSION, self._revision, self._entries))
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self._path, msgspec.json.encode(_StoreFile(FORMAT_VERSION, self._revision, self._entries)))
 
 
 class _LocalWatch:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 
 RECORD_VERSION = 1
@@ -94,7 +96,11 @@ def encode(record: msgspec.Struct) -> bytes:
     return msgspec.json.encode(record)
 
 
-def decode(data: bytes, kind: type[msgspec.Struct]):  # type: ignore[no-untyped-def]
+Record = TypeVar("Record", ClusterRecord, TopicRecord, ProducerIdBlockRecord, BrokerRecord, ControllerRecord,
+                 PartitionStateRecord)
+
+
+def decode(data: bytes, kind: type[Record]) -> Record:
     record = msgspec.json.decode(data, type=kind)
     if record.version != RECORD_VERSION:
         raise UnknownRecordVersion(f"{kind.__name__} version {record.version} is not supported "

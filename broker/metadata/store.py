@@ -30,6 +30,7 @@ if every compared key still has its expected revision (one new revision for all 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import enum
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -144,7 +145,7 @@ class MetadataStore(Protocol):
     async def list(self, prefix: str) -> list[KeyValue]:
         """The keys starting with `prefix`, in key order."""
 
-    async def list_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]:
+    async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         """`list` plus the store revision the listing is consistent with."""
 
     async def txn(self, compares: Mapping[str, int], puts: Mapping[str, bytes] | None = None,

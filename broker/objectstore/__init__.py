@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from broker.clock import Clock
@@ -60,6 +60,14 @@ __all__ = [
 S3_QUERY_KEYS = ("endpoint", "region", "addressing_style")
 # S3 bucket naming rules (3-63 characters of lowercase letters, digits, '.', '-').
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class S3UrlOptions(TypedDict, total=False):
+    """The S3ObjectStore keyword arguments an s3:// URL's query string can set."""
+
+    endpoint_url: str
+    region: str
+    addressing_style: str
 
 
 def open_object_store(
@@ -141,7 +149,7 @@ def _parse_file_url(url: str) -> str:
     return os.path.normpath(path)
 
 
-def parse_s3_url(url: str) -> tuple[str, str, dict[str, str]]:
+def parse_s3_url(url: str) -> tuple[str, str, S3UrlOptions]:
     """`s3://bucket/prefix?endpoint=...&region=...` -> (bucket, prefix, S3ObjectStore kwargs)."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "s3":
@@ -177,7 +185,7 @@ def parse_s3_url(url: str) -> tuple[str, str, dict[str, str]]:
         if len(values) != 1 or not values[0]:
             raise ValueError(f"object store URL {url!r}: option {name!r} needs exactly one non-empty value")
         options[name] = values[0]
-    kwargs: dict[str, str] = {}
+    kwargs: S3UrlOptions = {}
     if "endpoint" in options:
         endpoint = urlsplit(options["endpoint"])
         if endpoint.scheme not in ("http", "https") or not endpoint.netloc:

@@ -15,11 +15,14 @@ Blocking file calls run in worker threads, at most `max_concurrency` at a time.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
+from broker.atomic_write import fsync_directory, write_all
 from broker.clock import Clock, SystemClock
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
@@ -37,6 +40,8 @@ from broker.objectstore.store import (
     validate_range,
 )
 from broker.randomness import PROCESS_RANDOM, Random, new_uuid
+
+T = TypeVar("T")
 
 TMP_DIR_NAME = ".shoal-tmp"
 # Temporary files older than this are leftovers of a crash and removed when a store opens
@@ -166,7 +171,7 @@ class LocalObjectStore:
             raise ValueError(f"object key {key!r}: {TMP_DIR_NAME!r} is reserved by the local store")
         return self._root.joinpath(*segments)
 
-    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._semaphore:
             self._in_flight += 1
             try:
@@ -181,10 +186,7 @@ class LocalObjectStore:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -205,12 +207,12 @@ class LocalObjectStore:
                     if attempt == _PARENT_RACE_ATTEMPTS - 1:
                         raise
                     continue  # a delete removed the parent meanwhile
-                _fsync_dir(path.parent)
+                fsync_directory(path.parent)
                 if created_dirs:
                     parent = path.parent
                     while parent != self._root:
                         parent = parent.parent
-                        _fsync_dir(parent)
+                        fsync_directory(parent)
                 return True
             raise AssertionError("unreachable")
         finally:
@@ -226,7 +228,7 @@ class LocalObjectStore:
             raise _conflict(path, self._root) from None
         return True
 
-    def _delete_paths(self, paths: list[Path]) -> None:
+    def _delete_paths(self, paths: builtins.list[Path]) -> None:
         parents: set[Path] = set()
         for path in paths:
             try:
@@ -338,14 +340,6 @@ def _stat(path: Path, key: str) -> ObjectInfo | None:
 
 def _take(iterator: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
     return list(itertools.islice(iterator, count))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _conflict(path: Path, root: Path) -> ObjectStoreError:

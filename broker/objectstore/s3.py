@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -322,7 +323,7 @@ class S3ObjectStore:
     def _full_key(self, key: str) -> str:
         return self.prefix + validate_key(key)
 
-    async def _delete_batch(self, keys: list[str]) -> list[str]:
+    async def _delete_batch(self, keys: builtins.list[str]) -> builtins.list[str]:
         """One DeleteObjects request (retried as a whole); returns the keys S3 reported as
         failed. NoSuchKey is not a failure: a missing key counts as deleted."""
 

@@ -31,8 +31,9 @@ from pathlib import Path
 import crc32c
 import msgspec
 
+from broker.atomic_write import TMP_SUFFIX, write_atomically
+
 SNAPSHOT_SUFFIX = ".snapshot"
-TMP_SUFFIX = ".tmp"
 MAGIC = b"SHPS"
 CURRENT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
@@ -158,14 +159,7 @@ def write_snapshot(directory: Path, snapshot: SnapshotV1) -> Path:
     """Atomically write ``snapshot`` as ``directory/{offset:020d}.snapshot``; returns the path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / format_snapshot_name(snapshot.offset)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    data = encode_snapshot(snapshot)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_directory(directory)
+    write_atomically(path, encode_snapshot(snapshot))
     return path
 
 
@@ -178,11 +172,3 @@ def read_snapshot(path: Path) -> SnapshotV1:
     if snapshot.offset != expected:
         raise CorruptSnapshotError(f"{path}: contains offset {snapshot.offset}, name says {expected}")
     return snapshot
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -101,7 +101,7 @@ class ReplicaFetchService:
             entries = [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)] \
                 if wanted.fetch_offset < leo and max_bytes > 0 else []
             return FetchedPartition(wanted.topic_id, wanted.partition, 0, log.high_watermark, log.log_start_offset,
-                                    entries=entries)
+                                    entries=entries)  # type: ignore[arg-type]  # msgspec sends a memoryview as bytes
         except ApiError as exc:
             log_ = partition.log if partition is not None else None
             return FetchedPartition(wanted.topic_id, wanted.partition, int(exc.code),

@@ -65,7 +65,7 @@ class ReplicaReadService:
                                                               f"[{log.log_start_offset}, {log.log_end_offset}]")
             entries = log.read(wanted.fetch_offset, wanted.max_bytes, hw) if wanted.fetch_offset < hw else []
             return ReadResult(wanted.topic_id, wanted.partition, 0, hw, log.log_start_offset,
-                              [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS])
+                              [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS])  # type: ignore[misc]  # msgspec sends a memoryview as bytes
         except ApiError as exc:
             return ReadResult(wanted.topic_id, wanted.partition, int(exc.code),
                               log.high_watermark if log is not None else -1,

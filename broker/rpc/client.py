@@ -96,7 +96,7 @@ class RpcClient(Generic[Req, Resp]):
                 raise RpcUnavailable(f"client for {self.address} is closed")
             loop = asyncio.get_running_loop()
             try:
-                _, conn = await asyncio.wait_for(
+                _, new_conn = await asyncio.wait_for(
                     loop.create_connection(lambda: _ClientConnection(self), self.host, self.port),
                     self._connect_timeout_s,
                 )
@@ -105,10 +105,10 @@ class RpcClient(Generic[Req, Resp]):
             except OSError as exc:
                 raise RpcUnavailable(f"cannot connect to {self.address}: {exc}") from None
             if self._closed:  # close() ran while connecting
-                await conn.close("client closed")
+                await new_conn.close("client closed")
                 raise RpcUnavailable(f"client for {self.address} is closed")
-            self._conn = conn
-            return conn
+            self._conn = new_conn
+            return new_conn
 
 
 class _ClientConnection(asyncio.Protocol, Generic[Req, Resp]):

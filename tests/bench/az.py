@@ -430,7 +430,7 @@ def print_read(cluster: DevCluster, reads: dict[str, Read], delta: Delta, record
     print("    fetched by each AZ's brokers / read by its consumer: " + ", ".join(
         f"{az} {az_fetched(cluster, delta, az) / MIB:.0f} / {r.bytes / MIB:.0f} MiB" for az, r in reads.items()))
     fetched = delta.fetched
-    print(f"    cross-AZ bytes per GiB fetched: "
+    print("    cross-AZ bytes per GiB fetched: "
           + ", ".join(f"{k} {delta.cross_az(k) / fetched * GIB if fetched else float('nan'):,.0f}" for k in KINDS))
     print(f"    {delta.cpu_line()}")
     for line in broker_lines(cluster, delta):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
 
 from broker.diskless.commit import CommitRequest, CommitResult, PendingCommit, resolved
 from broker.diskless.wal_writer import PartitionAppend, WalWriter

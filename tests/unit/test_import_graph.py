@@ -123,4 +123,4 @@ def test_only_the_entry_point_imports_the_composition_root() -> None:
 def test_the_graph_sees_type_checking_imports_and_relative_ones() -> None:
     graph = _import_graph()
     assert "broker.context" in graph["broker.handlers.registry"]  # under `if TYPE_CHECKING:`
-    assert "broker.log.checkpoint" in graph["broker.log.epochs"]  # `from .checkpoint import ...`
+    assert "broker.protocol.errors" in graph["broker.log.coordinates"]  # `from ..protocol.errors import ...`

@@ -1,5 +1,5 @@
 """WAL object format: round trips, tail-only index reads, corruption detection, coalesced
-ranges and the lifecycle table. Pure code: no store, no sockets, no clock."""
+ranges. Pure code: no store, no sockets, no clock."""
 
 from __future__ import annotations
 
@@ -430,50 +430,3 @@ def test_coalesce_examples() -> None:
         wf.coalesce([(0, 1)], -1)
     with pytest.raises(ValueError):
         wf.coalesce([(0, 1)], 0, max_bytes=0)
-
-
-# --- lifecycle ------------------------------------------------------------------------------------
-
-
-S = wf.WalObjectState
-
-ALLOWED = {
-    (S.BUFFERING, S.SEALED), (S.BUFFERING, S.FAILED),
-    (S.SEALED, S.UPLOADING), (S.SEALED, S.FAILED),
-    (S.UPLOADING, S.UPLOADED), (S.UPLOADING, S.FAILED),
-    (S.UPLOADED, S.COMMITTED), (S.UPLOADED, S.FAILED),
-    (S.COMMITTED, S.UNREFERENCED), (S.FAILED, S.UNREFERENCED),
-    (S.UNREFERENCED, S.DELETED),
-}
-
-
-@pytest.mark.parametrize("current", list(S))
-@pytest.mark.parametrize("target", list(S))
-def test_transition_table(current: wf.WalObjectState, target: wf.WalObjectState) -> None:
-    if current is target or (current, target) in ALLOWED:
-        assert wf.transition(current, target) is target
-    else:
-        with pytest.raises(wf.IllegalTransitionError, match=f"from {current.name} to {target.name}"):
-            wf.transition(current, target)
-
-
-def test_lifecycle_paths() -> None:
-    assert set(wf.TRANSITIONS) == set(S)
-    happy = [S.BUFFERING, S.SEALED, S.UPLOADING, S.UPLOADING, S.UPLOADED, S.COMMITTED, S.COMMITTED,
-             S.UNREFERENCED, S.DELETED, S.DELETED]
-    state = happy[0]
-    for nxt in happy[1:]:
-        state = wf.transition(state, nxt)
-    assert state is S.DELETED and not wf.TRANSITIONS[S.DELETED]
-    # Every state can still end up deleted, so no object is stranded by the table.
-    for start in S:
-        seen, todo = {start}, [start]
-        while todo:
-            for nxt in wf.TRANSITIONS[todo.pop()]:
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        assert S.DELETED in seen
-    # Nothing goes back: once committed an object can never be failed.
-    with pytest.raises(wf.IllegalTransitionError, match="allowed: UNREFERENCED"):
-        wf.transition(S.COMMITTED, S.FAILED)
