@@ -38,12 +38,12 @@ from .objectstore import ObjectStore
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
+from .routing.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
 from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
-from .replication.read_service import ReplicaReadService
 from .peer_service import PeerRequest, PeerResponse, PeerService
 from .diskless.commit_router import CommitRouter
 from .rpc import RpcClientPool

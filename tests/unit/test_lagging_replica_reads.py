@@ -18,8 +18,8 @@ from broker.objectstore import MemoryObjectStore
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
 from broker.reads.replica_policy import forward_target
-from broker.replication.messages import ReplicaReadResponse
-from broker.replication.read_service import ReplicaReadService
+from broker.routing.messages import ReplicaReadResponse
+from broker.routing.read_service import ReplicaReadService
 from broker.topics import Topic
 from broker.waiters import FetchWaiters
 from tests.unit.test_fetch_handler import fetch_request
