@@ -18,7 +18,7 @@ from typing import cast
 from . import __version__
 from .clock import Clock
 from .cluster.controller import Controller
-from .cluster.membership import Membership
+from .cluster.registration import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
 from .config import BrokerConfig

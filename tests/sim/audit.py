@@ -21,7 +21,7 @@ from collections import Counter
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker.groups.records import OFFSETS_TOPIC
+from broker.groups.offsets_records import OFFSETS_TOPIC
 from broker.reads.resolver import batch_pieces
 
 from .cluster import SimCluster

@@ -12,7 +12,7 @@ import pytest
 from broker.broker import Broker
 from broker.clock import ManualClock
 from broker.config import load_config
-from broker.groups.records import OFFSETS_TOPIC, partition_for
+from broker.groups.offsets_records import OFFSETS_TOPIC, partition_for
 from broker.metadata.records import PartitionStateRecord
 from broker.protocol.errors import ApiError, ErrorCode
 
