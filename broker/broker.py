@@ -97,10 +97,10 @@ class Broker:
         self.read_service = ReplicaReadService(self.catalog, self.replicas, self.waiters)
         self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
         self.metrics.leader_partitions.set_function(
-            lambda: sum(1 for p in self.replicas.partitions.values() if p.leader is not None))
+            lambda: sum(1 for p in self.replicas.partitions.values() if p.leader_state is not None))
         self.metrics.under_replicated_partitions.set_function(
             lambda: sum(1 for p in self.replicas.partitions.values()
-                        if p.leader is not None and len(p.isr) < len(p.replicas)))
+                        if p.leader_state is not None and len(p.isr) < len(p.replicas)))
         self.producer_ids = ProducerIdAllocator(self.store)
         self.groups = GroupCoordinator(config, self.catalog, self.view, self.replicas, self.clock, self.metrics,
                                        self.assign_replicas, env.new_uuid)

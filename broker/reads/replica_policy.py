@@ -42,7 +42,7 @@ class ReplicaSite(Protocol):
 
 def is_authoritative(replica: "Partition") -> bool:
     """Whether this replica may say an offset is out of range: only the leader may."""
-    return replica.leader is not None
+    return replica.leader_state is not None
 
 
 def holds(replica: "Partition", offset: int) -> bool:

@@ -229,7 +229,7 @@ class SimCluster:
         """The live broker that leads the partition now, if any (the auditor's oracle)."""
         for candidate in self.live():
             hosted = candidate.broker.replicas.partitions.get((topic, partition))
-            if hosted is not None and hosted.leader is not None:
+            if hosted is not None and hosted.leader_state is not None:
                 return candidate.broker
         return None
 

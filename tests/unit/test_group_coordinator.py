@@ -170,9 +170,9 @@ def _lead_with_lagging_follower(broker: Broker) -> None:
 
 def _follower_catches_up(broker: Broker, clock: ManualClock) -> None:
     partition = broker.replicas.get(OFFSETS_TOPIC, 0)
-    assert partition.leader is not None
+    assert partition.leader_state is not None
     leo = partition.log.log_end_offset
-    partition.leader.on_follower_fetch(1, leo, leo, clock.now_ms())
+    partition.leader_state.on_follower_fetch(1, leo, leo, clock.now_ms())
     partition.advance_high_watermark()
 
 

@@ -60,9 +60,9 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
             -1, ("c", plain_batch(b"classic", now)), ("t", plain_batch(b"first", now)))))
         second = asyncio.create_task(produce.handle(broker, header, request(-1, ("t", plain_batch(b"second", now)))))
         await asyncio.sleep(0.05)  # the classic follower fetches a little later
-        assert classic.leader is not None
+        assert classic.leader_state is not None
         leo = classic.log.log_end_offset
-        classic.leader.on_follower_fetch(1, leo, leo, rig.clock.now_ms())
+        classic.leader_state.on_follower_fetch(1, leo, leo, rig.clock.now_ms())
         classic.advance_high_watermark()
         one, two = await asyncio.gather(first, second)
         assert [p.error_code for t in one.responses for p in t.partition_responses] == [0, 0]

@@ -31,7 +31,7 @@ def topic(mode: TopicMode) -> SimpleNamespace:
 
 
 def replica(leading: bool, start: int = 0, end: int = 10) -> SimpleNamespace:
-    return SimpleNamespace(leader=object() if leading else None,
+    return SimpleNamespace(leader_state=object() if leading else None,
                            log=SimpleNamespace(log_start_offset=start, log_end_offset=end))
 
 
@@ -47,7 +47,7 @@ def site(hosted: SimpleNamespace | None = None, leader: int = LEADER, isr: tuple
 
     def leader_replica(name: str, index: int):  # type: ignore[no-untyped-def]
         found = get(name, index)
-        if found.leader is None:
+        if found.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
         return found
 
