@@ -57,7 +57,7 @@ def site(hosted: SimpleNamespace | None = None, leader: int = LEADER, isr: tuple
             partitions={(TOPIC_ID, 0): PartitionState(PartitionStateRecord(1, [LEADER, OTHER, ME], leader, 3,
                                                                            list(isr)), 1)},
             brokers={n: BrokerRecord(1, n, az, "h", 9092, "h", 9093, False, "0", "x") for n, az in azs.items()}),
-        replicas=SimpleNamespace(partitions=partitions, get=get, leader=leader_replica))
+        replica_manager=SimpleNamespace(partitions=partitions, get=get, leader=leader_replica))
 
 
 def test_only_the_leader_is_authoritative_and_a_replica_holds_its_log_end() -> None:
