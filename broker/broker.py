@@ -18,7 +18,7 @@ from typing import cast
 from . import __version__
 from .clock import Clock
 from .cluster.controller import Controller
-from .cluster.membership import Membership
+from .cluster.registration import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
 from .config import BrokerConfig
@@ -38,12 +38,12 @@ from .objectstore import ObjectStore
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
+from .routing.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
 from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
-from .replication.read_service import ReplicaReadService
 from .peer_service import PeerRequest, PeerResponse, PeerService
 from .diskless.commit_router import CommitRouter
 from .rpc import RpcClientPool
@@ -74,7 +74,7 @@ class Broker:
         self.view = ClusterView(self.store, self.catalog, self.clock)
         self.catalog.on_states_written = self._apply_written
         self.waiters = FetchWaiters()
-        self.replicas = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters,
+        self.replica_manager = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters,
                                        env.new_uuid)
         self.incarnation = env.new_uuid().hex
         self.router = AzRouter(self.view, config.az)
@@ -82,7 +82,7 @@ class Broker:
                                      config.broker_heartbeat_interval_ms, self.view.apply_put, self.clock)
         self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock,
                                      env.random)
-        self.isr = IsrUpdater(self.store, self.view, self.replicas, self.clock, config.replica_lag_time_max_ms)
+        self.isr = IsrUpdater(self.store, self.view, self.replica_manager, self.clock, config.replica_lag_time_max_ms)
         self.cross_az = CrossAzBytes(self.metrics.cross_az_bytes, self.view, config.az)
         self.rpc_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(self.cross_az.rpc_bytes)
         self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(
@@ -92,24 +92,25 @@ class Broker:
         # which the peer answers with a ReplicaFetchResponse.
         fetch_pool = cast("RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse]", self.replication_pool)
         self.fetcher = ReplicaFetcher(config, self.view, fetch_pool, self.metrics, self.cross_az, self.clock)
-        self.replicas.on_role_changed(self.fetcher.on_role_changed)
-        self.replica_service = ReplicaFetchService(self.catalog, self.replicas, self.waiters, self.isr, self.clock)
-        self.read_service = ReplicaReadService(self.catalog, self.replicas, self.waiters)
+        self.replica_manager.on_role_changed(self.fetcher.on_role_changed)
+        self.replica_service = ReplicaFetchService(self.catalog, self.replica_manager, self.waiters, self.isr,
+                                                   self.clock)
+        self.read_service = ReplicaReadService(self.catalog, self.replica_manager, self.waiters)
         self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
         self.metrics.leader_partitions.set_function(
-            lambda: sum(1 for p in self.replicas.partitions.values() if p.leader is not None))
+            lambda: sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None))
         self.metrics.under_replicated_partitions.set_function(
-            lambda: sum(1 for p in self.replicas.partitions.values()
-                        if p.leader is not None and len(p.isr) < len(p.replicas)))
+            lambda: sum(1 for p in self.replica_manager.partitions.values()
+                        if p.leader_state is not None and len(p.isr) < len(p.replicas)))
         self.producer_ids = ProducerIdAllocator(self.store)
-        self.groups = GroupCoordinator(config, self.catalog, self.view, self.replicas, self.clock, self.metrics,
+        self.groups = GroupCoordinator(config, self.catalog, self.view, self.replica_manager, self.clock, self.metrics,
                                        self.assign_replicas, env.new_uuid)
         self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(config.cache_max_bytes,
                                  on_hit=lambda n: self.metrics.cache_requests.labels("hit").inc(),
                                  on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc())
         self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
-        self.committer = LocalCommitter(self.catalog, self.replicas, self.clock, config.wal_commit_deadline_ms)
+        self.committer = LocalCommitter(self.catalog, self.replica_manager, self.clock, config.wal_commit_deadline_ms)
         self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
         self.peers = PeerService(self.replica_service, self.committer, self.read_service,
                                  lambda message: answer_forwarded(self, message))
@@ -139,7 +140,7 @@ class Broker:
         await self.env.peers.serve(self.peers.handle)
         await self.view.start()
         await self.membership.start()
-        self.replicas.start()
+        self.replica_manager.start()
         await self.controller.step()  # a lone or first broker leads its partitions before serving
         self.controller.start()
         self.isr.start()
@@ -150,7 +151,7 @@ class Broker:
         self.ready = True
         log.info("broker %d serving Kafka on %s (advertised %s:%d), cluster %s, %d partitions",
                  self.node_id, self.config.listen, *self.config.advertised, self.cluster_id,
-                 len(self.replicas.partitions))
+                 len(self.replica_manager.partitions))
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests (parked fetches return now), flush logs."""
@@ -169,7 +170,7 @@ class Broker:
         await self.rpc_pool.close()
         await self.replication_pool.close()
         await self.view.stop()
-        await self.replicas.stop()
+        await self.replica_manager.stop()
         await self.objects.close()
         await self.store.close()
         await self.metrics_server.stop()

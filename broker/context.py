@@ -1,8 +1,9 @@
 """What a request handler may use of the broker, and nothing more.
 
-Handlers, dispatch and the forwarding glue are typed against `HandlerContext`, never against
-the composition root (broker.py), so the dependency points one way: the root builds the
-components and satisfies this Protocol structurally; handlers see the components by concern.
+Handlers and dispatch are typed against `HandlerContext` (forwarding and remote reads against
+the narrower routing/site.py), never against the composition root (broker.py), so the
+dependency points one way: the root builds the components and satisfies this Protocol
+structurally; handlers see the components by concern.
 Tests hand handlers a SimpleNamespace with just the members a case needs.
 """
 
@@ -54,7 +55,7 @@ class HandlerContext(Protocol):
 
     # -- replicas hosted here, and waiting for their appends --------------------------------
     @property
-    def replicas(self) -> ReplicaManager: ...
+    def replica_manager(self) -> ReplicaManager: ...
     @property
     def waiters(self) -> FetchWaiters: ...
 

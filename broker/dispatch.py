@@ -3,7 +3,7 @@
 Owns the decisions that do not belong to any one API: which handler, which version,
 what to do with a frame that cannot be decoded. A ConnectionFault means the stream can
 no longer be trusted; the server closes that connection and keeps serving the others.
-Requests another broker sent on (handlers/forwarding.py) enter here too, already decoded.
+Requests another broker sent on (routing/forwarding.py) enter here too, already decoded.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .protocol.api_keys import ApiKey
 from .protocol.errors import ConnectionFault, ErrorCode
 from .protocol.header import HeaderError, RequestHeader, parse_request_header, peek_api
 from .protocol.messages import REQUEST_CLASSES, decode_request, encode_response, is_flexible
-from .replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
+from .routing.messages import ROUTING_VERSION, KafkaForwardRequest, KafkaForwardResponse
 
 if TYPE_CHECKING:
     from .context import HandlerContext
@@ -79,11 +79,11 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
 
 
 async def answer_forwarded(broker: HandlerContext, message: KafkaForwardRequest) -> KafkaForwardResponse:
-    """The receiving side of handlers/forwarding.py: run the handler here, marked as forwarded."""
-    if message.version != REPLICATION_VERSION or message.api_key not in FORWARDABLE:
+    """The receiving side of routing/forwarding.py: run the handler here, marked as forwarded."""
+    if message.version != ROUTING_VERSION or message.api_key not in FORWARDABLE:
         raise ValueError(f"cannot answer a forwarded request for API {message.api_key} (version {message.version})")
     handler = registry.HANDLERS[message.api_key]
     request = REQUEST_CLASSES[message.api_key].decode(message.body, version=message.api_version)
     header = RequestHeader(message.api_key, message.api_version, 0, message.client_id, forwarded=True)
     response = await handler.fn(broker, header, request)
-    return KafkaForwardResponse(REPLICATION_VERSION, bytes(response.encode(version=message.api_version)))
+    return KafkaForwardResponse(ROUTING_VERSION, bytes(response.encode(version=message.api_version)))

@@ -119,7 +119,7 @@ class Partition:
         self.replicas: list[int] = []
         self.isr: list[int] = []
         self.state_revision = 0  # store revision of the partition state applied last
-        self.leader: LeaderState | None = None  # follower progress, while this broker leads
+        self.leader_state: LeaderState | None = None  # follower progress, while this broker leads
         self._waits: list[tuple[int, int, asyncio.Future[ApiError | None]]] = []  # (end offset, seq, future)
         self._wait_seq = itertools.count()
         self._clock = clock
@@ -157,48 +157,48 @@ class Partition:
         updates the ISR (a change this leader or the controller made)."""
         self.replicas, self.isr, self.state_revision = list(state.replicas), list(state.isr), revision
         self.leader_id = node_id
-        if self.leader is None or state.leader_epoch != self.leader_epoch:
+        if self.leader_state is None or state.leader_epoch != self.leader_epoch:
             self.leader_epoch = state.leader_epoch
             end = self.log.log_end_offset
             self.epochs.assign(state.leader_epoch, end)
-            self.leader = LeaderState(leader_id=node_id, replicas=self.replicas, isr=self.isr,
-                                      leader_epoch=state.leader_epoch, leader_epoch_start_offset=end,
-                                      high_watermark=self.log.high_watermark, now_ms=self._clock.now_ms())
+            self.leader_state = LeaderState(leader_id=node_id, replicas=self.replicas, isr=self.isr,
+                                            leader_epoch=state.leader_epoch, leader_epoch_start_offset=end,
+                                            high_watermark=self.log.high_watermark, now_ms=self._clock.now_ms())
             log.info("%s-%d: leader in epoch %d from offset %d, isr %s", self.topic, self.index,
                      state.leader_epoch, end, self.isr)
         else:
-            self.leader.set_isr(self.isr)
+            self.leader_state.set_isr(self.isr)
         self.advance_high_watermark()
 
     def make_follower(self, state: PartitionStateRecord, revision: int) -> None:
         """Follow `state.leader` (or nobody, while the partition is offline)."""
         self.replicas, self.isr, self.state_revision = list(state.replicas), list(state.isr), revision
         self.leader_id = state.leader
-        if self.leader is not None or state.leader_epoch != self.leader_epoch:
+        if self.leader_state is not None or state.leader_epoch != self.leader_epoch:
             log.info("%s-%d: follower of %d in epoch %d", self.topic, self.index, state.leader, state.leader_epoch)
         self.leader_epoch = state.leader_epoch
-        if self.leader is not None:
-            self.leader = None
+        if self.leader_state is not None:
+            self.leader_state = None
             self._end_waits(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                      f"leadership of {self.topic}-{self.index} moved to broker {state.leader}"))
 
     def retire(self) -> None:
         """The partition is being deleted: neither lead nor follow any more."""
-        self.leader, self.leader_id = None, NO_LEADER
+        self.leader_state, self.leader_id = None, NO_LEADER
         self._end_waits(ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.index} was deleted"))
 
     def check_leader(self) -> None:
-        if self.leader is None:
+        if self.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"this broker is not the leader of {self.topic}-{self.index} (leader {self.leader_id})")
 
     # -- high watermark and acks=all -----------------------------------------------------------
     def advance_high_watermark(self) -> None:
         """Leader: HW = smallest log end offset in the ISR; wakes acks=all waits and fetches."""
-        if self.leader is None:
+        if self.leader_state is None:
             return
         before = self.log.high_watermark
-        hw = self.log.update_high_watermark(self.leader.high_watermark(self.log.log_end_offset))
+        hw = self.log.update_high_watermark(self.leader_state.high_watermark(self.log.log_end_offset))
         while self._waits and self._waits[0][0] <= hw:
             _, _, future = heapq.heappop(self._waits)
             if not future.done():
@@ -210,7 +210,7 @@ class Partition:
         """acks=all: return once the high watermark reaches `end_offset` with enough replicas
         in sync, else raise (REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER,
         NOT_ENOUGH_REPLICAS_AFTER_APPEND), as Kafka's delayed produce does."""
-        if self.leader is None:
+        if self.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"leadership of {self.topic}-{self.index} moved to broker {self.leader_id}")
         if self.log.high_watermark < end_offset:

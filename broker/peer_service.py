@@ -2,8 +2,8 @@
 fetches (replication/leader_service.py), diskless commits from produce representatives
 and their acks=all waits
 (diskless/commit.py), entry reads for brokers without a replica
-(replication/read_service.py) and partition requests they send on
-(handlers/forwarding.py)."""
+(routing/read_service.py) and partition requests they send on
+(routing/forwarding.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Union
 
 from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
-from .replication.messages import (
-    KafkaForwardRequest,
-    KafkaForwardResponse,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-    ReplicaReadRequest,
-    ReplicaReadResponse,
-)
+from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
+from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
 
 if TYPE_CHECKING:
     from .diskless.commit import LocalCommitter
     from .replication.leader_service import ReplicaFetchService
-    from .replication.read_service import ReplicaReadService
+    from .routing.read_service import ReplicaReadService
 
 PeerRequest = Union[ReplicaFetchRequest, CommitRequest, ReplicationWaitRequest, ReplicaReadRequest, KafkaForwardRequest]
 PeerResponse = Union[ReplicaFetchResponse, CommitResponse, ReplicationWaitResponse, ReplicaReadResponse,

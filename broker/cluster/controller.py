@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..metadata import MetadataStore
     from ..randomness import Random
     from ..topics import TopicCatalog
-    from .membership import Membership
+    from .registration import Membership
     from .view import ClusterView
 
 log = logging.getLogger(__name__)

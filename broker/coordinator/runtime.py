@@ -119,7 +119,7 @@ class CoordinatorRuntime(Generic[S]):
             return
         index = partition.index
         slot = self._slots.setdefault(index, _Slot())
-        target = on_leadership(slot.state, partition.leader is not None)
+        target = on_leadership(slot.state, partition.leader_state is not None)
         if target is ShardState.LOADING:
             self._load(index, slot)
             log.info("coordinating %s-%d", self.topic, index)
@@ -248,7 +248,7 @@ class CoordinatorRuntime(Generic[S]):
             log.info("%s-%d: compaction's re-append not replicated (%s); the log start stays",
                      partition.topic, partition.index, exc.message)
             return
-        if partition.leader is not None and partition.leader_epoch == epoch:
+        if partition.leader_state is not None and partition.leader_epoch == epoch:
             _truncate_before(partition, start)
 
 

@@ -176,7 +176,7 @@ class LocalCommitter:
         """acks=all: return once the ISR holds the partition's log up to `end_offset` in the
         same leader epoch; raise ApiError otherwise (as Kafka's delayed produce does)."""
         partition = self._partition(wanted.topic_id, wanted.partition)
-        if partition.leader is None or partition.leader_epoch != wanted.leader_epoch:
+        if partition.leader_state is None or partition.leader_epoch != wanted.leader_epoch:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"leadership of {partition.topic}-{partition.index} changed during the commit")
         await partition.wait_replicated(wanted.end_offset, timeout_s)

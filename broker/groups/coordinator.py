@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..coordinator.runtime import CoordinatorRuntime
 from ..protocol.errors import ApiError, ErrorCode
-from . import records
+from . import offsets_records
 from .membership import ClassicGroup, GroupState
 from .membership_config import GroupConfig
 from .results import GroupDescription, JoinResult, LeaveResult, SyncResult
 from .consumer_protocol import subscribed_topics
 from .offsets import OffsetChange
-from .records import OffsetKey, OffsetValue
+from .offsets_records import OffsetKey, OffsetValue
 from .shard import GroupShard, GroupShardContext
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class GroupCoordinator:
         self._metrics = metrics
         self._tasks: list[asyncio.Task[None]] = []
         self._runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
-            records.OFFSETS_TOPIC, self._partition, self._new_shard, self._now,
+            offsets_records.OFFSETS_TOPIC, self._partition, self._new_shard, self._now,
             write_timeout_ms=config.offsets_commit_timeout_ms,
             compaction_min_records=config.offsets_topic_compaction_min_records)
         self._shard_context = GroupShardContext(
@@ -81,7 +81,7 @@ class GroupCoordinator:
         live = sum(1 for b in self._view.brokers.values() if not b.stateless)
         if live >= self._config.offsets_topic_replication_factor or self._config.metadata == "local:":
             await self.ensure_offsets_topic()
-        topic = catalog.get(records.OFFSETS_TOPIC)
+        topic = catalog.get(offsets_records.OFFSETS_TOPIC)
         if topic is not None:
             self._num_partitions = topic.partitions
         catalog.subscribe(self._on_topic_change)
@@ -98,9 +98,9 @@ class GroupCoordinator:
         """Create __consumer_offsets if missing: at start when enough brokers are up for its
         replication factor, else on the first FindCoordinator, as Kafka does."""
         catalog = self._catalog
-        if catalog.get(records.OFFSETS_TOPIC) is not None:
+        if catalog.get(offsets_records.OFFSETS_TOPIC) is not None:
             return
-        prepared = catalog.prepare(records.OFFSETS_TOPIC, self._num_partitions, {
+        prepared = catalog.prepare(offsets_records.OFFSETS_TOPIC, self._num_partitions, {
             **INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._config.offsets_topic_segment_bytes)})
         prepared.internal = True
         live = sum(1 for b in self._view.brokers.values() if not b.stateless)
@@ -176,11 +176,12 @@ class GroupCoordinator:
                 codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
             else:
                 codes.append(ErrorCode.NONE)
-                key = OffsetKey(records.FORMAT_VERSION, group_id, name, partition)
-                writes.append((key, OffsetValue(records.FORMAT_VERSION, offset, epoch, metadata, now, expire_ms)))
+                key = OffsetKey(offsets_records.FORMAT_VERSION, group_id, name, partition)
+                writes.append((key, OffsetValue(offsets_records.FORMAT_VERSION, offset, epoch, metadata, now,
+                                                expire_ms)))
         if writes:
             changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
-            end = shard.append([(records.encode(k), records.encode(v)) for k, v in writes], changes)
+            end = shard.append([(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes], changes)
             self._metrics.offset_commits.inc(len(writes))
             failure = await self._runtime.replicated(shard.index, end)
             if failure is not None:
@@ -254,7 +255,7 @@ class GroupCoordinator:
 
     # -- shards ----------------------------------------------------------------------------
     def _partition(self, index: int) -> "Partition":
-        return self._replicas.get(records.OFFSETS_TOPIC, index)
+        return self._replicas.get(offsets_records.OFFSETS_TOPIC, index)
 
     def _new_shard(self, index: int) -> GroupShard:
         return GroupShard(index, self._shard_context)
@@ -282,27 +283,28 @@ class GroupCoordinator:
         return expired
 
     async def _on_topic_change(self, name: str, topic: "Topic | None") -> None:
-        if name == records.OFFSETS_TOPIC and topic is not None:
+        if name == offsets_records.OFFSETS_TOPIC and topic is not None:
             self._num_partitions = topic.partitions
-        if topic is None and name != records.OFFSETS_TOPIC:
+        if topic is None and name != offsets_records.OFFSETS_TOPIC:
             for shard in self._runtime.shards():
                 shard.remove_offsets([(g, name, p) for g, p in shard.offsets.latest.of_topic(name)])
 
     # -- helpers ---------------------------------------------------------------------------
     def _shard_of(self, group_id: str) -> GroupShard:
-        index = records.partition_for(group_id, self._num_partitions)
+        index = offsets_records.partition_for(group_id, self._num_partitions)
         shard = self._runtime.shard(index)
         if shard is None:
             raise ApiError(ErrorCode.NOT_COORDINATOR,
-                           f"this broker does not lead {records.OFFSETS_TOPIC}-{index}, which holds group {group_id!r}")
+                           f"this broker does not lead {offsets_records.OFFSETS_TOPIC}-{index}, "
+                           f"which holds group {group_id!r}")
         return shard
 
     def coordinator_of(self, group_id: str) -> int:
         """The node leading the group's __consumer_offsets partition; -1 while it has none."""
-        topic = self._catalog.get(records.OFFSETS_TOPIC)
+        topic = self._catalog.get(offsets_records.OFFSETS_TOPIC)
         if topic is None:
             return -1
-        index = records.partition_for(group_id, topic.partitions)
+        index = offsets_records.partition_for(group_id, topic.partitions)
         state = self._view.partitions.get((str(topic.topic_id), index))
         return state.record.leader if state is not None else -1
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Callable, Iterator
 
-from .records import OffsetValue
+from .offsets_records import OffsetValue
 
 TopicPartition = tuple[str, int]
 

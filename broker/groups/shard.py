@@ -1,8 +1,8 @@
 """The consumer groups and committed offsets of one `__consumer_offsets` partition: the
 coordinator runtime's shard for consumer groups (Kafka's GroupCoordinatorShard).
 
-It knows what the records mean (`records`), rebuilds groups and offsets from them on load,
-hands the runtime its live state for compaction, and drives the `ClassicGroup` state
+It knows what the records mean (`offsets_records`), rebuilds groups and offsets from them on
+load, hands the runtime its live state for compaction, and drives the `ClassicGroup` state
 machines: parked requests (`Pending`) become futures resolved from `take_completions()`,
 store points become appends (written before the answers of the same call are sent), and
 each group's next deadline becomes a timer keyed by its id.
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..coordinator.record_batches import Record
 from ..protocol.errors import ErrorCode
-from . import records
+from . import offsets_records
 from .membership import ClassicGroup, GroupState
 from .membership_config import GroupConfig
 from .offsets import OffsetChange, ReplicatedOffsets
-from .records import GroupKey, OffsetKey
+from .offsets_records import GroupKey, OffsetKey
 from .results import JoinResult, Pending
 from .snapshot import decode_snapshot, encode_snapshot
 
@@ -56,10 +56,10 @@ class GroupShard:
     def replay(self, end_offset: int, batch: list[Record]) -> None:
         changes: list[OffsetChange] = []
         for raw_key, value in batch:
-            key = records.decode_key(raw_key)
+            key = offsets_records.decode_key(raw_key)
             if isinstance(key, OffsetKey):
                 changes.append((key.group, key.topic, key.partition,
-                                None if value is None else records.decode_offset(value)))
+                                None if value is None else offsets_records.decode_offset(value)))
             else:
                 self._loaded_snapshots[key.group] = value
         self.offsets.appended(end_offset, changes)
@@ -81,11 +81,11 @@ class GroupShard:
         live: list[Record] = []
         for group_id, group in self.groups.items():
             if group.state is not GroupState.DEAD:
-                live.append((records.encode(GroupKey(records.FORMAT_VERSION, group_id)),
+                live.append((offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group_id)),
                              encode_snapshot(group.to_snapshot())))
         for group_id, topic, p, value in self.offsets.latest.items():
-            live.append((records.encode(OffsetKey(records.FORMAT_VERSION, group_id, topic, p)),
-                         records.encode(value)))
+            live.append((offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, topic, p)),
+                         offsets_records.encode(value)))
         return live
 
     def on_unloaded(self) -> None:
@@ -119,7 +119,7 @@ class GroupShard:
         """Persist a store point, then answer parked requests, then re-arm the group's timer."""
         snapshot = group.take_store_request()
         if snapshot is not None:
-            key = records.encode(GroupKey(records.FORMAT_VERSION, group.group_id))
+            key = offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group.group_id))
             self.append([(key, encode_snapshot(snapshot))])
         rebalanced = False
         for pending, answer in group.take_completions():
@@ -168,7 +168,8 @@ class GroupShard:
         end: int | None = None
         for group_id, keys in by_group.items():
             tombstones: list[Record] = [
-                (records.encode(OffsetKey(records.FORMAT_VERSION, group_id, t, p)), None) for t, p in keys]
+                (offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, t, p)), None)
+                for t, p in keys]
             changes: list[OffsetChange] = [(group_id, t, p, None) for t, p in keys]
             end = self.append(tombstones, changes)
         return end
@@ -178,7 +179,7 @@ class GroupShard:
         if group is not None:
             group.unload(self._context.now_ms(), ErrorCode.COORDINATOR_NOT_AVAILABLE)
             self.deliver(group)
-            self.append([(records.encode(GroupKey(records.FORMAT_VERSION, group_id)), None)])
+            self.append([(offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group_id)), None)])
 
     # -- housekeeping ----------------------------------------------------------------------
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:

@@ -1,4 +1,5 @@
-"""One module per Kafka API. Importing a module registers its handler (see registry.py)."""
+"""One module per Kafka API. Importing a module registers its handler (see registry.py);
+common.py and config_resources.py are helpers the API modules share."""
 
 from __future__ import annotations
 

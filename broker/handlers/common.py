@@ -1,4 +1,5 @@
-"""Small pieces several handlers share: broker lists and topic lookup by name or id."""
+"""A helper shared by the API modules, not an API: broker lists and topic lookup by name or
+id, which several handlers need."""
 
 from __future__ import annotations
 

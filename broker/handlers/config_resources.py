@@ -1,5 +1,6 @@
-"""What DescribeConfigs, AlterConfigs and IncrementalAlterConfigs share: resource types,
-the broker's own (static, read-only) entries, and applying a change to a topic."""
+"""A helper shared by the API modules, not an API: what DescribeConfigs, AlterConfigs and
+IncrementalAlterConfigs share (resource types, the broker's own static, read-only entries,
+and applying a change to a topic)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteR
         partitions = []
         for item in wanted.partitions:
             try:
-                partition = broker.replicas.leader(wanted.name, item.partition_index)
+                partition = broker.replica_manager.leader(wanted.name, item.partition_index)
                 log = partition.log
                 offset = log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
                 if offset < 0 or offset > log.high_watermark:  # as Kafka: below the start is a no-op

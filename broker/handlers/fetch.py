@@ -28,7 +28,7 @@ from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import fetch_replica, fetches_elsewhere, is_authoritative
 from ..reads.resolver import SERVED_KINDS, batch_pieces
 from .common import resolve_topic
-from .remote_reads import RemoteRead, Wanted, read_remote
+from ..routing.remote_reads import RemoteRead, Wanted, read_remote
 from .registry import api
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import forward_target
 from ..reads.resolver import batch_pieces
-from .forwarding import Forwarded
+from ..routing.forwarding import Forwarded
 from .registry import api
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                partition = broker.replicas.leader(list_topic.name, index)  # others send it on (forwarding.py)
+                # others send it on (routing/forwarding.py)
+                partition = broker.replica_manager.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
                 partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,

@@ -14,7 +14,7 @@ from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import forward_target
-from .forwarding import Forwarded
+from ..routing.forwarding import Forwarded
 from .registry import api
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
@@ -35,7 +35,7 @@ async def handle(broker: HandlerContext, header: RequestHeader,
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                partition = broker.replicas.leader(wanted.topic, asked.partition)  # others send it on
+                partition = broker.replica_manager.leader(wanted.topic, asked.partition)  # others send it on
                 check_leader_epoch(asked.current_leader_epoch, partition.leader_epoch)
                 epoch, end = partition.epochs.end_offset_for(asked.leader_epoch, partition.log.log_end_offset)
                 partitions.append(_Partition(error_code=0, partition=asked.partition, leader_epoch=epoch,

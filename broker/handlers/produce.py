@@ -62,7 +62,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                     diskless.append((results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared)))
                     results.append(None)
                     continue
-                partition = broker.replicas.get(topic.name, data.index)
+                partition = broker.replica_manager.get(topic.name, data.index)
                 outcome = partition.append_records(records, acks)
             except ApiError as exc:
                 results.append(_error(broker, data.index, exc.code, exc.message))

@@ -37,12 +37,12 @@ class ReplicaSite(Protocol):
     def view(self) -> "ClusterView": ...
 
     @property
-    def replicas(self) -> "ReplicaManager": ...
+    def replica_manager(self) -> "ReplicaManager": ...
 
 
 def is_authoritative(replica: "Partition") -> bool:
     """Whether this replica may say an offset is out of range: only the leader may."""
-    return replica.leader is not None
+    return replica.leader_state is not None
 
 
 def holds(replica: "Partition", offset: int) -> bool:
@@ -54,8 +54,8 @@ def fetch_replica(site: ReplicaSite, topic: "Topic", index: int) -> "Partition":
     """The hosted replica a fetch reads: any replica of a partition served by AZ, the leader
     of any other (NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION if there is none here)."""
     if topic.mode.serves_by_az:
-        return site.replicas.get(topic.name, index)
-    return site.replicas.leader(topic.name, index)
+        return site.replica_manager.get(topic.name, index)
+    return site.replica_manager.leader(topic.name, index)
 
 
 def fetches_elsewhere(site: ReplicaSite, topic: "Topic", index: int, offset: int) -> bool:
@@ -64,7 +64,7 @@ def fetches_elsewhere(site: ReplicaSite, topic: "Topic", index: int, offset: int
     that does not hold the offset."""
     if not topic.mode.serves_by_az or not 0 <= index < topic.partitions:
         return False
-    hosted = site.replicas.partitions.get((topic.name, index))
+    hosted = site.replica_manager.partitions.get((topic.name, index))
     return hosted is None or (not is_authoritative(hosted) and not holds(hosted, offset))
 
 
@@ -74,7 +74,7 @@ def forward_target(site: ReplicaSite, header: "RequestHeader", topic: "Topic", i
     not itself sent on)."""
     if header.forwarded or not topic.mode.serves_by_az or not 0 <= index < topic.partitions:
         return None
-    hosted = site.replicas.partitions.get((topic.name, index))
+    hosted = site.replica_manager.partitions.get((topic.name, index))
     if hosted is not None and is_authoritative(hosted):
         return None
     return leader_of(site, str(topic.topic_id), index)

@@ -65,7 +65,7 @@ class ReplicaFetcher:
             if partitions.pop(partition.key, None) is not None and leader_id in self._wake:
                 self._wake[leader_id].set()
         leader_id = partition.leader_id
-        if partition.leader is not None or leader_id in (NO_LEADER, self._config.node_id):
+        if partition.leader_state is not None or leader_id in (NO_LEADER, self._config.node_id):
             return
         self._following.setdefault(leader_id, {})[partition.key] = partition
         if leader_id not in self._loops or self._loops[leader_id].done():

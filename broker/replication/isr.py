@@ -55,7 +55,7 @@ class IsrUpdater:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def maybe_expand(self, partition: "Partition", replica_id: int) -> None:
-        leader = partition.leader
+        leader = partition.leader_state
         if leader is not None and replica_id in leader.expand_candidates(partition.log.log_end_offset):
             self._propose(partition, sorted(leader.isr | {replica_id}))
 
@@ -64,7 +64,7 @@ class IsrUpdater:
             await self._clock.sleep(self._lag_max_ms / 2000)
             now = self._clock.now_ms()
             for partition in list(self._replicas.partitions.values()):
-                leader = partition.leader
+                leader = partition.leader_state
                 if leader is None:
                     continue
                 lagging = leader.shrink_candidates(now, self._lag_max_ms, partition.log.log_end_offset)
@@ -75,7 +75,7 @@ class IsrUpdater:
 
     def _propose(self, partition: "Partition", isr: list[int]) -> None:
         state = self._view.partitions.get((partition.topic_id, partition.index))
-        leader = partition.leader
+        leader = partition.leader_state
         if state is None or leader is None or state.revision != partition.state_revision or \
                 leader.pending_isr is not None:
             return
@@ -96,8 +96,8 @@ class IsrUpdater:
             await self._resolve(partition, key, revision)
             return
         except MetadataError as exc:  # a conflict, or a refusal: not applied
-            if partition.leader is not None:
-                partition.leader.abort_isr_change()
+            if partition.leader_state is not None:
+                partition.leader_state.abort_isr_change()
             log.info("%s-%d: ISR change to %s not applied (%s)", partition.topic, partition.index, record.isr, exc)
             return
         log.info("%s-%d: ISR is now %s", partition.topic, partition.index, record.isr)
@@ -108,8 +108,8 @@ class IsrUpdater:
         happen (the committed ISR stands); anything newer goes to the view, which settles the
         pending change with what the store holds (ours, or a later decision)."""
         epoch = partition.leader_epoch
-        while partition.leader is not None and partition.leader_epoch == epoch \
-                and partition.leader.pending_isr is not None:
+        while partition.leader_state is not None and partition.leader_epoch == epoch \
+                and partition.leader_state.pending_isr is not None:
             try:
                 current = await self._store.get(key)
             except MetadataUnavailable:
@@ -118,7 +118,7 @@ class IsrUpdater:
             if current is None:
                 return  # the partition was deleted
             if current.revision == revision:
-                partition.leader.abort_isr_change()
+                partition.leader_state.abort_isr_change()
             else:
                 await self._view.apply_put(current)
             return

@@ -94,8 +94,8 @@ class ReplicaFetchService:
                                         diverging[0], diverging[1])
             if wanted.fetch_offset > leo:
                 raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
-            assert partition.leader is not None
-            if partition.leader.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
+            assert partition.leader_state is not None
+            if partition.leader_state.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
                 partition.advance_high_watermark()
                 self._isr.maybe_expand(partition, replica_id)
             entries = [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)] \

@@ -21,7 +21,7 @@ from collections import Counter
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker.groups.records import OFFSETS_TOPIC
+from broker.groups.offsets_records import OFFSETS_TOPIC
 from broker.reads.resolver import batch_pieces
 
 from .cluster import SimCluster
@@ -62,14 +62,14 @@ def _settled(cluster: SimCluster, key: Key) -> bool:
     leader = cluster.leader_broker(*key)
     if leader is None:
         return False
-    partition = leader.replicas.partitions[key]
+    partition = leader.replica_manager.partitions[key]
     if sorted(partition.isr) != sorted(partition.replicas) or partition.log.high_watermark != partition.log.log_end_offset:
         return False
     for node_id in partition.replicas:
         replica = cluster.brokers.get(node_id)
         if replica is None or node_id in cluster.down or not replica.running:
             return False
-        copy = replica.broker.replicas.partitions.get(key)
+        copy = replica.broker.replica_manager.partitions.get(key)
         if copy is None or copy.log.log_end_offset != partition.log.log_end_offset:
             return False
     return True
@@ -80,15 +80,15 @@ async def read_log(cluster: SimCluster, key: Key) -> dict[int, str]:
     offsets are dense and that every replica holds the same entries."""
     leader = cluster.leader_broker(*key)
     assert leader is not None, f"{key}: no leader"
-    log = leader.replicas.partitions[key].log
+    log = leader.replica_manager.partitions[key].log
     entries = log.read(log.log_start_offset, 1 << 40, log.high_watermark) if log.high_watermark > log.log_start_offset \
         else []
     expected = log.log_start_offset
     for entry in entries:
         assert entry.base_offset == expected, f"{key}: entry at {entry.base_offset} where {expected} was next"
         expected = entry.last_offset + 1
-    for node_id in leader.replicas.partitions[key].replicas:
-        copy = cluster.brokers[node_id].broker.replicas.partitions[key].log
+    for node_id in leader.replica_manager.partitions[key].replicas:
+        copy = cluster.brokers[node_id].broker.replica_manager.partitions[key].log
         theirs = copy.read(log.log_start_offset, 1 << 40, log.high_watermark) if entries else []
         assert [bytes(e.data) for e in theirs] == [bytes(e.data) for e in entries], \
             f"{key}: broker {node_id}'s copy differs from the leader's"

@@ -192,7 +192,7 @@ class SimCluster:
         """What the kernel does when a process dies: its file descriptors close (so its
         data-dir lock goes), nothing is flushed."""
         broker = self.brokers[node_id].broker
-        for partition in broker.replicas.partitions.values():
+        for partition in broker.replica_manager.partitions.values():
             partition.log._close_without_flush()
         if broker.data_dir is not None:
             broker.data_dir.close()
@@ -228,8 +228,8 @@ class SimCluster:
     def leader_broker(self, topic: str, partition: int) -> Broker | None:
         """The live broker that leads the partition now, if any (the auditor's oracle)."""
         for candidate in self.live():
-            hosted = candidate.broker.replicas.partitions.get((topic, partition))
-            if hosted is not None and hosted.leader is not None:
+            hosted = candidate.broker.replica_manager.partitions.get((topic, partition))
+            if hosted is not None and hosted.leader_state is not None:
                 return candidate.broker
         return None
 

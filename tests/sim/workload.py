@@ -369,7 +369,7 @@ async def consume(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
         if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             leader = cluster.leader_broker(*key)
             if leader is not None:
-                log = leader.replicas.partitions[key].log
+                log = leader.replica_manager.partitions[key].log
                 if log.log_start_offset <= position <= log.log_end_offset:
                     ledger.violation(f"{name}: OFFSET_OUT_OF_RANGE from broker {node_id} for {key[0]}-{key[1]} "
                                      f"offset {position}, which the leader holds [{log.log_start_offset}, "

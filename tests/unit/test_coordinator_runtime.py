@@ -82,7 +82,7 @@ class FakeLog:
 
 class FakePartition:
     def __init__(self) -> None:
-        self.topic, self.index, self.leader, self.leader_epoch = "__internal", 0, object(), 1
+        self.topic, self.index, self.leader_state, self.leader_epoch = "__internal", 0, object(), 1
         self.log = FakeLog()
         self.producers = SimpleNamespace(delete_snapshots_before=lambda *_: None)
         self.directory = None
@@ -159,7 +159,7 @@ def test_load_replays_the_log_and_unload_drops_the_shard_and_its_timers() -> Non
     runtime.timers.schedule(0, "t", 5, lambda now: None)
     runtime.on_role_changed(partition)  # type: ignore[arg-type]  # leading still: no reload
     assert runtime.shards() == [shard]
-    partition.leader = None
+    partition.leader_state = None
     runtime.on_role_changed(partition)  # type: ignore[arg-type]
     assert runtime.shard(0) is None and shard.events == ["loaded", "unloaded"]
     assert runtime.timers.next_deadline_ms() is None

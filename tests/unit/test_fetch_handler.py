@@ -56,7 +56,8 @@ async def diskless_with_classic(tmp_path: Path) -> tuple[Rig, SimpleNamespace]:
 
     broker = SimpleNamespace(
         catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
-        replicas=SimpleNamespace(partitions=hosted, get=lambda name, index: hosted[(name, index)], leader=leader),
+        replica_manager=SimpleNamespace(partitions=hosted, get=lambda name, index: hosted[(name, index)],
+                                        leader=leader),
         wal_reader=rig.reader, waiters=FetchWaiters(), metrics=rig.metrics, stopping=False,
         router=SimpleNamespace(racks=SimpleNamespace(remember=lambda peer, rack: None)))
     return rig, broker

@@ -12,7 +12,7 @@ import pytest
 from broker.broker import Broker
 from broker.clock import ManualClock
 from broker.config import load_config
-from broker.groups.records import OFFSETS_TOPIC, partition_for
+from broker.groups.offsets_records import OFFSETS_TOPIC, partition_for
 from broker.metadata.records import PartitionStateRecord
 from broker.protocol.errors import ApiError, ErrorCode
 
@@ -25,7 +25,7 @@ async def start_core(data_dir: Path, clock: ManualClock, **overrides: str) -> Br
     broker.cluster_id = "test"
     await broker.view.start()
     await broker.membership.start()
-    broker.replicas.start()
+    broker.replica_manager.start()
     await broker.controller.step()
     await broker.groups.start()
     return broker
@@ -35,7 +35,7 @@ async def stop_core(broker: Broker) -> None:
     await broker.groups.stop()
     await broker.membership.stop()
     await broker.view.stop()
-    await broker.replicas.stop()
+    await broker.replica_manager.stop()
     await broker.store.close()
     if broker.data_dir is not None:
         broker.data_dir.close()
@@ -64,7 +64,7 @@ def test_offsets_survive_restart_and_compaction_bounds_the_log(tmp_path: Path, c
         await broker.catalog.create(broker.catalog.prepare("orders", 4, {}), broker.assign_replicas(range(4), 1))
         for i in range(500):
             assert await commit(broker, "g", "orders", i % 4, i) == [ErrorCode.NONE]
-        log = broker.replicas.get(OFFSETS_TOPIC, partition_for("g", 3)).log
+        log = broker.replica_manager.get(OFFSETS_TOPIC, partition_for("g", 3)).log
         assert log.log_start_offset > 0                     # compaction moved the start
         assert log.log_end_offset - log.log_start_offset < 200  # replay is bounded by live state
         await stop_core(broker)
@@ -156,23 +156,23 @@ def test_every_acknowledged_commit_survives_a_reload_even_the_one_that_compacts(
             broker = await start_core(tmp_path, clock, **overrides)
             found = broker.groups.fetch_offsets("g", None)["orders"]
             assert {p: v.offset for p, v in found.items() if v is not None} == expected, f"after commit {i}"
-        assert broker.replicas.get(OFFSETS_TOPIC, 0).log.log_start_offset > 0  # compaction did run
+        assert broker.replica_manager.get(OFFSETS_TOPIC, 0).log.log_start_offset > 0  # compaction did run
         await stop_core(broker)
     run(scenario())
 
 
 def _lead_with_lagging_follower(broker: Broker) -> None:
     """Make __consumer_offsets-0 a 2-replica partition whose follower (1) never fetched."""
-    partition = broker.replicas.get(OFFSETS_TOPIC, 0)
+    partition = broker.replica_manager.get(OFFSETS_TOPIC, 0)
     partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, partition.leader_epoch + 1, [0, 1]),
                           partition.state_revision + 1)
 
 
 def _follower_catches_up(broker: Broker, clock: ManualClock) -> None:
-    partition = broker.replicas.get(OFFSETS_TOPIC, 0)
-    assert partition.leader is not None
+    partition = broker.replica_manager.get(OFFSETS_TOPIC, 0)
+    assert partition.leader_state is not None
     leo = partition.log.log_end_offset
-    partition.leader.on_follower_fetch(1, leo, leo, clock.now_ms())
+    partition.leader_state.on_follower_fetch(1, leo, leo, clock.now_ms())
     partition.advance_high_watermark()
 
 
@@ -203,7 +203,7 @@ def test_compaction_moves_the_log_start_only_after_the_reappend_is_replicated(tm
                                                        "offsets.commit.timeout.ms": "5000"})
         await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
         _lead_with_lagging_follower(broker)
-        log = broker.replicas.get(OFFSETS_TOPIC, 0).log
+        log = broker.replica_manager.get(OFFSETS_TOPIC, 0).log
         commits = [asyncio.create_task(commit(broker, "g", "t", 0, i)) for i in range(8)]  # compacts on the way
         await asyncio.sleep(0)
         assert log.log_end_offset > 8 and log.log_start_offset == 0  # re-appended, start kept
@@ -230,7 +230,7 @@ def test_offsets_loaded_above_the_high_watermark_are_not_answered_until_replicat
         assert await commit(broker, "g", "t", 0, 5) == [ErrorCode.NONE]
         _lead_with_lagging_follower(broker)
         await commit(broker, "g", "t", 0, 7)  # in the log, above the high watermark
-        partition = broker.replicas.get(OFFSETS_TOPIC, 0)
+        partition = broker.replica_manager.get(OFFSETS_TOPIC, 0)
         partition.make_follower(PartitionStateRecord(1, [0, 1], 1, partition.leader_epoch + 1, [0, 1]),
                                 partition.state_revision + 1)
         broker.groups._on_role_changed(partition)

@@ -18,8 +18,8 @@ from broker.objectstore import MemoryObjectStore
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
 from broker.reads.replica_policy import forward_target
-from broker.replication.messages import ReplicaReadResponse
-from broker.replication.read_service import ReplicaReadService
+from broker.routing.messages import ReplicaReadResponse
+from broker.routing.read_service import ReplicaReadService
 from broker.topics import Topic
 from broker.waiters import FetchWaiters
 from tests.unit.test_fetch_handler import fetch_request
@@ -55,7 +55,7 @@ def broker_view(node_id: int, rig: Rig, hosted: dict, peers: Peers) -> SimpleNam
         view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): PartitionState(STATE, 5)},
                              brokers={n: BrokerRecord(1, n, "az1", "h", 9092, "h", 9093, False, "0", "x")
                                       for n in (LEADER, FOLLOWER, READER)}),
-        replicas=SimpleNamespace(partitions=hosted, get=lambda name, index: hosted[(name, index)]),
+        replica_manager=SimpleNamespace(partitions=hosted, get=lambda name, index: hosted[(name, index)]),
         rpc_pool=peers, wal_reader=rig.reader, waiters=FetchWaiters(), metrics=rig.metrics, stopping=False,
         router=SimpleNamespace(racks=SimpleNamespace(remember=lambda peer, rack: None)))
 

@@ -35,8 +35,8 @@ def set_isr(partition: Partition, isr: list[int], revision: int) -> None:
 
 def follower_fetch(partition: Partition, replica: int, clock: ManualClock) -> None:
     leo = partition.log.log_end_offset
-    assert partition.leader is not None
-    partition.leader.on_follower_fetch(replica, leo, leo, clock.now_ms())
+    assert partition.leader_state is not None
+    partition.leader_state.on_follower_fetch(replica, leo, leo, clock.now_ms())
     partition.advance_high_watermark()
 
 

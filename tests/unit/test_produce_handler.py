@@ -53,16 +53,16 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
             router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
             catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
             view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
-            replicas=SimpleNamespace(get=lambda name, index: classic))
+            replica_manager=SimpleNamespace(get=lambda name, index: classic))
         header = SimpleNamespace(peer="p", client_id="c")
         now = rig.clock.now_ms()
         first = asyncio.create_task(produce.handle(broker, header, request(
             -1, ("c", plain_batch(b"classic", now)), ("t", plain_batch(b"first", now)))))
         second = asyncio.create_task(produce.handle(broker, header, request(-1, ("t", plain_batch(b"second", now)))))
         await asyncio.sleep(0.05)  # the classic follower fetches a little later
-        assert classic.leader is not None
+        assert classic.leader_state is not None
         leo = classic.log.log_end_offset
-        classic.leader.on_follower_fetch(1, leo, leo, rig.clock.now_ms())
+        classic.leader_state.on_follower_fetch(1, leo, leo, rig.clock.now_ms())
         classic.advance_high_watermark()
         one, two = await asyncio.gather(first, second)
         assert [p.error_code for t in one.responses for p in t.partition_responses] == [0, 0]
@@ -132,7 +132,7 @@ def test_a_disk_error_on_a_classic_partition_is_its_kafka_storage_error(tmp_path
         broker = SimpleNamespace(metrics=rig.metrics, clock=rig.clock, wal=rig.writer, node_id=0,
                                  router=SimpleNamespace(client_az=lambda header: ("az1", False)),
                                  catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
-                                 replicas=SimpleNamespace(get=lambda name, index: classic))
+                                 replica_manager=SimpleNamespace(get=lambda name, index: classic))
         response = await produce.handle(broker, SimpleNamespace(peer="p", client_id="c"),
                                         request(-1, ("c", plain_batch(b"x", rig.clock.now_ms()))))
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR

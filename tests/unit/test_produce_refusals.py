@@ -38,7 +38,7 @@ def seam(tmp_path: Path):  # type: ignore[no-untyped-def]
         router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
         catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
         view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
-        replicas=SimpleNamespace(get=lambda name, index: classic))
+        replica_manager=SimpleNamespace(get=lambda name, index: classic))
     return rig, classic, broker
 
 

@@ -31,7 +31,7 @@ def topic(mode: TopicMode) -> SimpleNamespace:
 
 
 def replica(leading: bool, start: int = 0, end: int = 10) -> SimpleNamespace:
-    return SimpleNamespace(leader=object() if leading else None,
+    return SimpleNamespace(leader_state=object() if leading else None,
                            log=SimpleNamespace(log_start_offset=start, log_end_offset=end))
 
 
@@ -47,7 +47,7 @@ def site(hosted: SimpleNamespace | None = None, leader: int = LEADER, isr: tuple
 
     def leader_replica(name: str, index: int):  # type: ignore[no-untyped-def]
         found = get(name, index)
-        if found.leader is None:
+        if found.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
         return found
 
@@ -57,7 +57,7 @@ def site(hosted: SimpleNamespace | None = None, leader: int = LEADER, isr: tuple
             partitions={(TOPIC_ID, 0): PartitionState(PartitionStateRecord(1, [LEADER, OTHER, ME], leader, 3,
                                                                            list(isr)), 1)},
             brokers={n: BrokerRecord(1, n, az, "h", 9092, "h", 9093, False, "0", "x") for n, az in azs.items()}),
-        replicas=SimpleNamespace(partitions=partitions, get=get, leader=leader_replica))
+        replica_manager=SimpleNamespace(partitions=partitions, get=get, leader=leader_replica))
 
 
 def test_only_the_leader_is_authoritative_and_a_replica_holds_its_log_end() -> None:

@@ -76,8 +76,8 @@ def test_an_isr_expansion_with_an_unknown_outcome_keeps_the_larger_isr(tmp_path:
         updater = IsrUpdater(store, view, None, clock, lag_max_ms=30_000)  # type: ignore[arg-type]
         for seq in (0, 2):
             partition.append_records(batch(seq), acks=1)
-        assert partition.leader is not None
-        partition.leader.on_follower_fetch(1, 4, 4, clock.now_ms())  # follower 1 holds everything
+        assert partition.leader_state is not None
+        partition.leader_state.on_follower_fetch(1, 4, 4, clock.now_ms())  # follower 1 holds everything
         partition.advance_high_watermark()
         updater.maybe_expand(partition, 1)
         await asyncio.sleep(0)  # the write lands in the store; its answer is lost
@@ -86,7 +86,7 @@ def test_an_isr_expansion_with_an_unknown_outcome_keeps_the_larger_isr(tmp_path:
         stored = records.decode((await LocalMetadataStore.get(store, key)).value, records.PartitionStateRecord)  # type: ignore[union-attr]
         assert stored.isr == [0, 1]
         for _ in range(50):
-            if partition.leader.pending_isr is None:
+            if partition.leader_state.pending_isr is None:
                 break
             await asyncio.sleep(0.002)
         assert sorted(partition.isr) == [0, 1] and partition.log.high_watermark == 4  # settled: 1 is in the ISR

@@ -387,8 +387,8 @@ def test_a_slow_partition_delays_only_the_producers_that_wrote_to_it(tmp_path: P
         assert (result.error_code, result.base_offset) == (0, 0)
         assert not slow.done() and rig.writer.inflight_bytes == 0, "applied: nothing of the object is in flight"
         follower = rig.partitions[1]
-        assert follower.leader is not None
-        follower.leader.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
+        assert follower.leader_state is not None
+        follower.leader_state.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
         follower.advance_high_watermark()
         assert (await asyncio.wait_for(slow, 5)).error_code == 0
     run(scenario())
@@ -435,8 +435,8 @@ def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) 
         assert not slow.done() and writer.inflight_bytes == 0
         assert leader.calls == ["CommitRequest", "ReplicationWaitRequest"]
         follower = rig.partitions[1]
-        assert follower.leader is not None
-        follower.leader.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
+        assert follower.leader_state is not None
+        follower.leader_state.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
         follower.advance_high_watermark()
         assert (await asyncio.wait_for(slow, 5)).error_code == 0
     run(scenario())

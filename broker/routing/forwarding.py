@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol.header import RequestHeader
 from ..protocol.messages import RESPONSE_CLASSES
-from ..replication.messages import REPLICATION_VERSION, KafkaForwardRequest, KafkaForwardResponse
 from ..rpc import RpcError, RpcUnavailable
+from .messages import ROUTING_VERSION, KafkaForwardRequest, KafkaForwardResponse
 
 if TYPE_CHECKING:
-    from ..context import HandlerContext
+    from .site import RoutingSite
 
 FORWARD_TIMEOUT_S = 30.0
 
@@ -40,12 +40,12 @@ def _rebuilt(message: Any, **changes: Any) -> Any:
     return type(message)(**{**fields, **changes})
 
 
-async def forward(broker: "HandlerContext", node: int, header: RequestHeader, request: Any) -> Any:
+async def forward(broker: "RoutingSite", node: int, header: RequestHeader, request: Any) -> Any:
     """Send `request` to broker `node` and return its decoded response (RpcError if it fails)."""
     registration = broker.view.brokers.get(node)
     if registration is None:
         raise RpcUnavailable(f"broker {node} left the cluster")
-    message = KafkaForwardRequest(REPLICATION_VERSION, header.api_key, header.api_version, header.client_id,
+    message = KafkaForwardRequest(ROUTING_VERSION, header.api_key, header.api_version, header.client_id,
                                   bytes(request.encode(version=header.api_version)))
     client = broker.rpc_pool.get(node, registration.rpc_host or "", registration.rpc_port)
     answer = cast(KafkaForwardResponse, await client.call(message, FORWARD_TIMEOUT_S))
@@ -64,7 +64,7 @@ class Forwarded:
         self._slots[position] = (results, len(results))
         results.append(None)
 
-    async def fill(self, broker: "HandlerContext", header: RequestHeader, request: Any, topics_attr: str,
+    async def fill(self, broker: "RoutingSite", header: RequestHeader, request: Any, topics_attr: str,
                    partitions_attr: str, failed: Callable[[Any], Any]) -> None:
         """Ask each node for its partitions (concurrently); `failed(original partition)` makes
         the answer for a partition whose node could not be asked."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..protocol.errors import ApiError, ErrorCode
 from ..reads.replica_policy import holds, is_authoritative
 from ..reads.resolver import SERVED_KINDS
-from .messages import REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
+from .messages import ROUTING_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
 
 if TYPE_CHECKING:
     from ..replica_manager import ReplicaManager
@@ -34,7 +34,7 @@ class ReplicaReadService:
         self.stopping = False
 
     async def handle(self, request: ReplicaReadRequest) -> ReplicaReadResponse:
-        if request.version != REPLICATION_VERSION:
+        if request.version != ROUTING_VERSION:
             raise ValueError(f"replica read version {request.version} is not supported")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
@@ -42,7 +42,7 @@ class ReplicaReadService:
             results = [self._read(wanted) for wanted in request.partitions]
             remaining = deadline - loop.time()
             if remaining <= 0 or self.stopping or any(r.entries or r.error_code for r in results):
-                return ReplicaReadResponse(REPLICATION_VERSION, results)
+                return ReplicaReadResponse(ROUTING_VERSION, results)
             keys = [(self._name(p), p.partition) for p in request.partitions]
             await self._waiters.wait(keys, remaining)
 

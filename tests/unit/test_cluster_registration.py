@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.cluster import membership as membership_module
-from broker.cluster.membership import REGISTRATION_WAIT_MARGIN_S, Membership
+from broker.cluster import registration as registration_module
+from broker.cluster.registration import REGISTRATION_WAIT_MARGIN_S, Membership
 from broker.config import StartRefused
 from broker.metadata import KeyValue, LocalMetadataStore
 from broker.metadata import records
@@ -50,8 +50,8 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(autouse=True)
 def short_margin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(membership_module, "REGISTRATION_WAIT_MARGIN_S", 0.5)
-    monkeypatch.setattr(membership_module, "REGISTRATION_POLL_S", 0.05)
+    monkeypatch.setattr(registration_module, "REGISTRATION_WAIT_MARGIN_S", 0.5)
+    monkeypatch.setattr(registration_module, "REGISTRATION_POLL_S", 0.05)
 
 
 def test_a_registration_of_another_incarnation_is_waited_out_until_its_lease_expires(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ not hold the offset asked for (it restarted and is catching up, or its retention
 log start): the entries come from an in-sync replica in this broker's AZ (the leader first;
 the leader itself when the AZ has none, or when that replica cannot serve the offset either)
 over the RPC, the batches from the object cache or the object store, so record bytes never
-cross an AZ (replication/read_service.py is the other side). Only the leader may answer
+cross an AZ (routing/read_service.py is the other side). Only the leader may answer
 OFFSET_OUT_OF_RANGE: a client told so by a lagging replica would reset its offsets."""
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ from ..log import EntryKind, LogEntry
 from ..protocol.batch import parse_header
 from ..protocol.errors import ErrorCode
 from ..reads.replica_policy import ReplicaSite, leader_of, source_replica
-from ..replication.messages import (
-    REPLICATION_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse,
-)
 from ..rpc import RpcError, RpcUnavailable
+from .messages import ROUTING_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
 
 if TYPE_CHECKING:
-    from ..context import HandlerContext
+    from .site import RoutingSite
 
 RPC_MARGIN_S = 5.0
 Wanted = tuple[str, int, str, int, int]  # topic name, partition, topic id, fetch offset, max bytes
@@ -40,7 +38,7 @@ class RemoteRead:
         self.entries = [LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries]
 
 
-async def read_remote(broker: "HandlerContext", wanted: list[Wanted],
+async def read_remote(broker: "RoutingSite", wanted: list[Wanted],
                       max_wait_ms: int) -> dict[tuple[str, int], RemoteRead]:
     """Entries for every wanted partition, one RPC per source broker, concurrently. A source
     that is not the leader serves only offsets it holds; for the others it answers
@@ -56,7 +54,7 @@ async def read_remote(broker: "HandlerContext", wanted: list[Wanted],
     return answers
 
 
-async def _ask_sources(broker: "HandlerContext", wanted: list[Wanted], max_wait_ms: int,
+async def _ask_sources(broker: "RoutingSite", wanted: list[Wanted], max_wait_ms: int,
                        choose: Callable[[ReplicaSite, str, int], int | None],
                        ) -> dict[tuple[str, int], RemoteRead]:
     by_source: dict[int, list[Wanted]] = {}
@@ -69,7 +67,7 @@ async def _ask_sources(broker: "HandlerContext", wanted: list[Wanted], max_wait_
             by_source.setdefault(source, []).append(item)
 
     async def ask(source: int, items: list[Wanted]) -> None:
-        request = ReplicaReadRequest(REPLICATION_VERSION, max_wait_ms,
+        request = ReplicaReadRequest(ROUTING_VERSION, max_wait_ms,
                                      [ReadPartition(tid, index, offset, limit) for _n, index, tid, offset, limit in items])
         try:
             registration = broker.view.brokers.get(source)

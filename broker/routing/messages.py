@@ -1,0 +1,60 @@
+"""AZ-routing RPC messages (msgspec, versioned): what a broker asks another on behalf of a
+client it serves without hosting the partition. Entry reads for a broker without a replica
+(routing/remote_reads.py asks, routing/read_service.py answers) and Kafka partition requests
+sent on to the leader (routing/forwarding.py asks, dispatch.py answers). Versioned apart
+from replica fetching (replication/messages.py); every message is tagged, so the peer RPC
+decodes them and the replication messages with one union (peer_service.py).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+ROUTING_VERSION = 1
+
+
+class ReadPartition(msgspec.Struct, array_like=True, frozen=True):
+    topic_id: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+
+
+class ReplicaReadRequest(msgspec.Struct, tag="replica_read", array_like=True, frozen=True):
+    """A broker without a replica of a diskless partition asks one (in its own AZ) for the
+    committed entries of an offset range, then reads the batches from the object store."""
+
+    version: int
+    max_wait_ms: int
+    partitions: list[ReadPartition]
+
+
+class ReadResult(msgspec.Struct, array_like=True, frozen=True):
+    topic_id: str
+    partition: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    entries: list[tuple[int, bytes]] = []
+
+
+class ReplicaReadResponse(msgspec.Struct, tag="replica_read_response", array_like=True, frozen=True):
+    version: int
+    partitions: list[ReadResult]
+
+
+class KafkaForwardRequest(msgspec.Struct, tag="kafka_forward", array_like=True, frozen=True):
+    """A Kafka request (ListOffsets, OffsetForLeaderEpoch) about diskless partitions that the
+    broker the client asked does not host, sent on to one that does; the body is the Kafka
+    encoding of the request for `api_version`."""
+
+    version: int
+    api_key: int
+    api_version: int
+    client_id: str | None
+    body: bytes
+
+
+class KafkaForwardResponse(msgspec.Struct, tag="kafka_forward_response", array_like=True, frozen=True):
+    version: int
+    body: bytes  # the Kafka encoding of the response
