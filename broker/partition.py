@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 from .clock import Clock
 from .log import EntryKind, LogClosedError, PartitionLog
 from .metadata.records import NO_LEADER, PartitionStateRecord
+from .partition_ids import TopicPartition
 from .producers import DuplicateBatch, ProducerStateManager
 from .protocol import batch as batches
 from .log.coordinates import WalRef, encode_ref
@@ -105,7 +106,7 @@ class Partition:
                  on_append: Callable[["Partition"], None]) -> None:
         self.topic = topic
         self.index = index
-        self.key = (topic, index)
+        self.key = TopicPartition(topic, index)
         self.topic_id = ""  # set by the replica manager: replication names partitions by topic id
         self.directory = directory
         self.log = log_

@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from .clock import Clock
-from .cluster.view import ClusterView, PartitionId, PartitionState
+from .cluster.view import ClusterView, PartitionState
 from .config import BrokerConfig
 from .metrics import BrokerMetrics
 from .partition import Partition
+from .partition_ids import TopicIdPartition, TopicPartition
 from .protocol.errors import ApiError, ErrorCode
 from .topics import Topic, TopicCatalog
 from .waiters import FetchWaiters
 
 log = logging.getLogger(__name__)
 
-PartitionKey = tuple[str, int]
 
 
 class ReplicaManager:
@@ -39,7 +39,7 @@ class ReplicaManager:
         self._metrics = metrics
         self.waiters = waiters
         self._dir = None if config.stateless else config.data_path / "logs"  # stateless: hosts nothing
-        self.partitions: dict[PartitionKey, Partition] = {}
+        self.partitions: dict[TopicPartition, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
         catalog.subscribe(self._on_topic_change)
         view.on_partition_changed(self._on_partition_state)
@@ -73,7 +73,7 @@ class ReplicaManager:
         self.partitions.clear()
 
     def get(self, topic: str, index: int) -> Partition:
-        partition = self.partitions.get((topic, index))
+        partition = self.partitions.get(TopicPartition(topic, index))
         if partition is None:
             known = self._catalog.get(topic)
             if known is not None and 0 <= index < known.partitions:
@@ -90,7 +90,7 @@ class ReplicaManager:
         return partition
 
     # -- partition states ------------------------------------------------------------------
-    def _on_partition_state(self, pid: PartitionId, state: PartitionState | None) -> None:
+    def _on_partition_state(self, pid: TopicIdPartition, state: PartitionState | None) -> None:
         if state is None or not self._started or self._dir is None:
             return
         topic = self._catalog.by_id(uuid.UUID(pid[0]))
@@ -98,7 +98,7 @@ class ReplicaManager:
         node_id = self._config.node_id
         if topic is None or node_id not in record.replicas or pid[1] >= topic.partitions:
             return
-        partition = self.partitions.get((topic.name, pid[1])) or self._open(topic, pid[1])
+        partition = self.partitions.get(TopicPartition(topic.name, pid[1])) or self._open(topic, pid[1])
         if state.revision < partition.state_revision:
             return
         if record.leader == node_id:
@@ -114,12 +114,12 @@ class ReplicaManager:
             await self._delete_topic(name)
             return
         for index in range(topic.partitions):
-            partition = self.partitions.get((name, index))
+            partition = self.partitions.get(TopicPartition(name, index))
             if partition is not None:
                 partition.update_settings(topic.settings)
         if self._started:  # states may have arrived before their topic record
             for index, state in self._view.partitions_of(str(topic.topic_id)).items():
-                self._on_partition_state((str(topic.topic_id), index), state)
+                self._on_partition_state(TopicIdPartition.of(topic.topic_id, index), state)
 
     def _open(self, topic: Topic, index: int) -> Partition:
         assert self._dir is not None, "a stateless broker hosts no partition"
@@ -127,7 +127,7 @@ class ReplicaManager:
         partition = Partition.open(topic.name, index, directory, topic.settings, self._clock,
                                    self._config.producer_id_expiration_ms, self._on_append)
         partition.topic_id = str(topic.topic_id)
-        self.partitions[(topic.name, index)] = partition
+        self.partitions[TopicPartition(topic.name, index)] = partition
         self._metrics.partitions.set(len(self.partitions))
         return partition
 

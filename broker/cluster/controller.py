@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..metadata import KeyValue, MetadataError, RevisionConflict
 from ..metadata import records
 from . import elections
+from ..partition_ids import TopicIdPartition
 from .placement import assign_replicas
 
 if TYPE_CHECKING:
@@ -141,16 +142,17 @@ class Controller:
     async def _create_missing_states(self, live: set[int]) -> None:
         brokers = [(b.node_id, b.az) for b in self._view.brokers.values() if b.node_id in live]
         for topic in self._catalog.all():
-            missing = [i for i in range(topic.partitions) if (str(topic.topic_id), i) not in self._view.partitions]
+            missing = [i for i in range(topic.partitions)
+                       if TopicIdPartition.of(topic.topic_id, i) not in self._view.partitions]
             if not missing:
                 continue
             factor = min(len(brokers), 1 if not topic.internal else self._config.offsets_topic_replication_factor)
             assignment = assign_replicas(missing, factor, brokers, start=self._random.randrange(len(brokers)))
             for index, replicas in assignment.items():
                 record = records.PartitionStateRecord(records.RECORD_VERSION, replicas, replicas[0], 0, replicas)
-                await self._write((str(topic.topic_id), index), record, 0)
+                await self._write(TopicIdPartition.of(topic.topic_id, index), record, 0)
 
-    async def _write(self, pid: tuple[str, int], record: records.PartitionStateRecord, revision: int) -> None:
+    async def _write(self, pid: TopicIdPartition, record: records.PartitionStateRecord, revision: int) -> None:
         key = records.partition_key(*pid)
         value = records.encode(record)
         try:

@@ -18,11 +18,11 @@ from typing import Any
 from ..clock import Clock
 from ..metadata import EventType, KeyValue, MetadataError, MetadataStore
 from ..metadata import records
+from ..partition_ids import TopicIdPartition
 from ..topics import TopicCatalog
 
 log = logging.getLogger(__name__)
 
-PartitionId = tuple[str, int]  # (topic id as a string, partition index)
 RETRY_S = 0.5
 
 
@@ -43,10 +43,10 @@ class ClusterView:
         self._catalog = catalog
         self.brokers: dict[int, records.BrokerRecord] = {}
         self.controller_id = -1
-        self.partitions: dict[PartitionId, PartitionState] = {}
+        self.partitions: dict[TopicIdPartition, PartitionState] = {}
         self._keys: set[str] = set()  # every key applied, for the diff after a re-list
         self._on_brokers: list[Callable[[], Any]] = []
-        self._on_partition: list[Callable[[PartitionId, PartitionState | None], Any]] = []
+        self._on_partition: list[Callable[[TopicIdPartition, PartitionState | None], Any]] = []
         self._on_controller: list[Callable[[int], Any]] = []
         self._task: asyncio.Task[None] | None = None
         self._revision = 0
@@ -55,7 +55,7 @@ class ClusterView:
     def on_brokers_changed(self, listener: Callable[[], Any]) -> None:
         self._on_brokers.append(listener)
 
-    def on_partition_changed(self, listener: Callable[[PartitionId, PartitionState | None], Any]) -> None:
+    def on_partition_changed(self, listener: Callable[[TopicIdPartition, PartitionState | None], Any]) -> None:
         self._on_partition.append(listener)
 
     def on_controller_changed(self, listener: Callable[[int], Any]) -> None:

@@ -17,6 +17,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..metadata.records import NO_LEADER
+from ..partition_ids import TopicIdPartition
 from ..protocol.errors import ApiError, ErrorCode
 from ..rpc import RpcError, RpcTimeout
 from .commit import (
@@ -47,7 +48,7 @@ class CommitRouter:
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         by_leader: dict[int, list[int]] = {}
         for i, part in enumerate(request.partitions):
-            state = self._view.partitions.get((str(part.topic_id), part.partition))
+            state = self._view.partitions.get(TopicIdPartition.of(part.topic_id, part.partition))
             by_leader.setdefault(state.record.leader if state is not None else NO_LEADER, []).append(i)
         pending: list[PendingCommit | None] = [None] * len(request.partitions)
         for leader, indexes in by_leader.items():

@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..coordinator.runtime import CoordinatorRuntime
+from ..partition_ids import TopicIdPartition
 from ..protocol.errors import ApiError, ErrorCode
 from . import offsets_records
 from .membership import ClassicGroup, GroupState
@@ -305,7 +306,7 @@ class GroupCoordinator:
         if topic is None:
             return -1
         index = offsets_records.partition_for(group_id, topic.partitions)
-        state = self._view.partitions.get((str(topic.topic_id), index))
+        state = self._view.partitions.get(TopicIdPartition.of(topic.topic_id, index))
         return state.record.leader if state is not None else -1
 
     # -- leadership of __consumer_offsets partitions ---------------------------------------

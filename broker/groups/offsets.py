@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Callable, Iterator
 
+from ..partition_ids import TopicPartition
 from .offsets_records import OffsetValue
 
-TopicPartition = tuple[str, int]
 
 
 class OffsetStore:
@@ -25,11 +25,11 @@ class OffsetStore:
         self._by_group: dict[str, dict[TopicPartition, OffsetValue]] = defaultdict(dict)
 
     def commit(self, group: str, topic: str, partition: int, value: OffsetValue) -> None:
-        self._by_group[group][(topic, partition)] = value
+        self._by_group[group][TopicPartition(topic, partition)] = value
 
     def remove(self, group: str, topic: str, partition: int) -> bool:
         offsets = self._by_group.get(group)
-        if offsets is None or offsets.pop((topic, partition), None) is None:
+        if offsets is None or offsets.pop(TopicPartition(topic, partition), None) is None:
             return False
         if not offsets:
             del self._by_group[group]
@@ -37,7 +37,7 @@ class OffsetStore:
 
     def get(self, group: str, topic: str, partition: int) -> OffsetValue | None:
         offsets = self._by_group.get(group)
-        return offsets.get((topic, partition)) if offsets else None
+        return offsets.get(TopicPartition(topic, partition)) if offsets else None
 
     def of_group(self, group: str) -> dict[TopicPartition, OffsetValue]:
         return dict(self._by_group.get(group, {}))

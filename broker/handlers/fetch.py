@@ -21,6 +21,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from ..context import HandlerContext
 from ..log import LogEntry, OffsetOutOfRangeError
+from ..partition_ids import TopicIdPartition
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
@@ -150,7 +151,7 @@ def _read_all(broker: HandlerContext, request: FetchRequest, remote: dict[tuple[
                 limit = min(fetch_partition.partition_max_bytes, budget - total)
                 read = remote.get((topic.name, index))
                 if read is not None:
-                    state = broker.view.partitions.get((str(topic.topic_id), index))
+                    state = broker.view.partitions.get(TopicIdPartition.of(topic.topic_id, index))
                     if state is not None:  # fenced by the epoch this broker knows, as a replica would be
                         check_leader_epoch(fetch_partition.current_leader_epoch, state.record.leader_epoch)
                     if read.error_code:  # answered by a replica elsewhere

@@ -19,6 +19,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from ..context import HandlerContext
 from ..diskless.wal_writer import PartitionAppend
 from ..partition import prepare_diskless
+from ..partition_ids import TopicIdPartition
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ConnectionFault, ErrorCode
 from ..protocol.header import RequestHeader
@@ -108,7 +109,7 @@ def _check_representative(broker: HandlerContext, topic: Topic, index: int, clie
     """Only the partition's representative for the client's AZ takes its produce: any other
     broker answers NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata and moves
     (after a broker joins or leaves its AZ)."""
-    state = broker.view.partitions.get((str(topic.topic_id), index))
+    state = broker.view.partitions.get(TopicIdPartition.of(topic.topic_id, index))
     if state is None:
         code = ErrorCode.LEADER_NOT_AVAILABLE if 0 <= index < topic.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         raise ApiError(code, f"no state for {topic.name}-{index}")

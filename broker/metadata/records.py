@@ -6,6 +6,8 @@ from typing import TypeVar
 
 import msgspec
 
+from ..partition_ids import TopicIdPartition
+
 RECORD_VERSION = 1
 CLUSTER_KEY = "cluster"
 PRODUCER_ID_KEY = "producer-ids/next"
@@ -86,10 +88,10 @@ def partition_key(topic_id: str, index: int) -> str:
     return f"{PARTITION_PREFIX}{topic_id}/{index}"
 
 
-def parse_partition_key(key: str) -> tuple[str, int]:
-    """(topic id, partition index) of a partition-state key."""
+def parse_partition_key(key: str) -> TopicIdPartition:
+    """The partition a partition-state key names."""
     topic_id, _, index = key[len(PARTITION_PREFIX):].rpartition("/")
-    return topic_id, int(index)
+    return TopicIdPartition(topic_id, int(index))
 
 
 def encode(record: msgspec.Struct) -> bytes:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from ..partition_ids import TopicIdPartition, TopicPartition
+
 if TYPE_CHECKING:
     from ..cluster.view import ClusterView
     from ..config import BrokerConfig
@@ -64,7 +66,7 @@ def fetches_elsewhere(site: ReplicaSite, topic: "Topic", index: int, offset: int
     that does not hold the offset."""
     if not topic.mode.serves_by_az or not 0 <= index < topic.partitions:
         return False
-    hosted = site.replica_manager.partitions.get((topic.name, index))
+    hosted = site.replica_manager.partitions.get(TopicPartition(topic.name, index))
     return hosted is None or (not is_authoritative(hosted) and not holds(hosted, offset))
 
 
@@ -74,7 +76,7 @@ def forward_target(site: ReplicaSite, header: "RequestHeader", topic: "Topic", i
     not itself sent on)."""
     if header.forwarded or not topic.mode.serves_by_az or not 0 <= index < topic.partitions:
         return None
-    hosted = site.replica_manager.partitions.get((topic.name, index))
+    hosted = site.replica_manager.partitions.get(TopicPartition(topic.name, index))
     if hosted is not None and is_authoritative(hosted):
         return None
     return leader_of(site, str(topic.topic_id), index)
@@ -83,7 +85,7 @@ def forward_target(site: ReplicaSite, header: "RequestHeader", topic: "Topic", i
 def source_replica(site: ReplicaSite, topic_id: str, partition: int) -> int | None:
     """Who serves a partition's entries to this broker when it cannot: an in-sync replica
     in its AZ (the leader first), else the leader; never this broker itself."""
-    state = site.view.partitions.get((topic_id, partition))
+    state = site.view.partitions.get(TopicIdPartition(topic_id, partition))
     if state is None:
         return None
     record = state.record
@@ -98,7 +100,7 @@ def source_replica(site: ReplicaSite, topic_id: str, partition: int) -> int | No
 
 def leader_of(site: ReplicaSite, topic_id: str, partition: int) -> int | None:
     """The partition's live leader, if it is another broker."""
-    state = site.view.partitions.get((topic_id, partition))
+    state = site.view.partitions.get(TopicIdPartition(topic_id, partition))
     if state is None:
         return None
     leader = state.record.leader

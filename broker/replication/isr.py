@@ -21,6 +21,7 @@ import msgspec
 
 from ..metadata import KeyValue, MetadataError, MetadataUnavailable
 from ..metadata import records
+from ..partition_ids import TopicIdPartition
 
 if TYPE_CHECKING:
     from ..cluster.view import ClusterView
@@ -74,7 +75,7 @@ class IsrUpdater:
                     self._propose(partition, sorted(leader.isr - lagging))
 
     def _propose(self, partition: "Partition", isr: list[int]) -> None:
-        state = self._view.partitions.get((partition.topic_id, partition.index))
+        state = self._view.partitions.get(TopicIdPartition(partition.topic_id, partition.index))
         leader = partition.leader_state
         if state is None or leader is None or state.revision != partition.state_revision or \
                 leader.pending_isr is not None:
