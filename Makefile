@@ -38,9 +38,12 @@ test: $(STAMP) lint
 	bash .ci/install-etcd
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-## Static checks (settings in pyproject.toml): ruff (errors such as unused imports and undefined
-## names, not style), mypy on broker/ and walfiles/, import-linter's layer contracts.
+## Static checks (settings in pyproject.toml): ruff's formatting and its rules (errors such as
+## unused imports and undefined names; the banned time/random/uuid APIs), mypy on broker/ and
+## walfiles/, import-linter's contracts (layers, nothing but the entry point imports the
+## composition root, no cycles). `.venv/bin/ruff format .` fixes the formatting.
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports

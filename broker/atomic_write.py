@@ -33,7 +33,7 @@ def write_all(fd: int, data: bytes) -> None:
     """Write all of `data` to `fd` (os.write may write less than it is given)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def fsync_directory(directory: Path) -> None:

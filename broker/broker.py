@@ -74,50 +74,77 @@ class Broker:
         self.view = ClusterView(self.store, self.catalog, self.clock)
         self.catalog.on_states_written = self._apply_written
         self.waiters = FetchWaiters()
-        self.replica_manager = ReplicaManager(config, self.catalog, self.view, self.clock, self.metrics, self.waiters,
-                                       env.new_uuid)
+        self.replica_manager = ReplicaManager(
+            config, self.catalog, self.view, self.clock, self.metrics, self.waiters, env.new_uuid
+        )
         self.incarnation = env.new_uuid().hex
         self.router = AzRouter(self.view, config.az)
-        self.membership = Membership(self.store, self._registration(), config.broker_session_timeout_ms,
-                                     config.broker_heartbeat_interval_ms, self.view.apply_put, self.clock)
-        self.controller = Controller(self.store, self.view, self.catalog, self.membership, config, self.clock,
-                                     env.random)
+        self.membership = Membership(
+            self.store,
+            self._registration(),
+            config.broker_session_timeout_ms,
+            config.broker_heartbeat_interval_ms,
+            self.view.apply_put,
+            self.clock,
+        )
+        self.controller = Controller(
+            self.store, self.view, self.catalog, self.membership, config, self.clock, env.random
+        )
         self.isr = IsrUpdater(self.store, self.view, self.replica_manager, self.clock, config.replica_lag_time_max_ms)
         self.cross_az = CrossAzBytes(self.metrics.cross_az_bytes, self.view, config.az)
         self.rpc_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(self.cross_az.rpc_bytes)
         self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(
-            self.cross_az.replication_bytes)
+            self.cross_az.replication_bytes
+        )
         self.view.on_brokers_changed(self._forget_departed_peers)
         # One pool per peer for every message kind; the fetcher sends only ReplicaFetchRequest,
         # which the peer answers with a ReplicaFetchResponse.
         fetch_pool = cast("RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse]", self.replication_pool)
         self.fetcher = ReplicaFetcher(config, self.view, fetch_pool, self.metrics, self.cross_az, self.clock)
         self.replica_manager.on_role_changed(self.fetcher.on_role_changed)
-        self.replica_service = ReplicaFetchService(self.catalog, self.replica_manager, self.waiters, self.isr,
-                                                   self.clock)
+        self.replica_service = ReplicaFetchService(
+            self.catalog, self.replica_manager, self.waiters, self.isr, self.clock
+        )
         self.read_service = ReplicaReadService(self.catalog, self.replica_manager, self.waiters)
         self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
         self.metrics.leader_partitions.set_function(
-            lambda: sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None))
+            lambda: sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None)
+        )
         self.metrics.under_replicated_partitions.set_function(
-            lambda: sum(1 for p in self.replica_manager.partitions.values()
-                        if p.leader_state is not None and len(p.isr) < len(p.replicas)))
+            lambda: sum(
+                1
+                for p in self.replica_manager.partitions.values()
+                if p.leader_state is not None and len(p.isr) < len(p.replicas)
+            )
+        )
         self.producer_ids = ProducerIdAllocator(self.store)
-        self.groups = GroupCoordinator(config, self.catalog, self.view, self.replica_manager, self.clock, self.metrics,
-                                       self.assign_replicas, env.new_uuid)
+        self.groups = GroupCoordinator(
+            config,
+            self.catalog,
+            self.view,
+            self.replica_manager,
+            self.clock,
+            self.metrics,
+            self.assign_replicas,
+            env.new_uuid,
+        )
         self.objects: ObjectStore = env.objects
-        self.cache = ObjectCache(config.cache_max_bytes,
-                                 on_hit=lambda n: self.metrics.cache_requests.labels("hit").inc(),
-                                 on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc())
+        self.cache = ObjectCache(
+            config.cache_max_bytes,
+            on_hit=lambda n: self.metrics.cache_requests.labels("hit").inc(),
+            on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc(),
+        )
         self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
         self.committer = LocalCommitter(self.catalog, self.replica_manager, self.clock, config.wal_commit_deadline_ms)
         self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
-        self.peers = PeerService(self.replica_service, self.committer, self.read_service,
-                                 lambda message: answer_forwarded(self, message))
+        self.peers = PeerService(
+            self.replica_service, self.committer, self.read_service, lambda message: answer_forwarded(self, message)
+        )
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
-        self.server = KafkaServer(functools.partial(dispatch, self), ServerLimits.from_config(config), self.metrics,
-                                  self.clock)
+        self.server = KafkaServer(
+            functools.partial(dispatch, self), ServerLimits.from_config(config), self.metrics, self.clock
+        )
         self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
         self.ready = False
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
@@ -149,9 +176,14 @@ class Broker:
             host, port = _split(self.config.listen)
             await self.server.start(host, port)
         self.ready = True
-        log.info("broker %d serving Kafka on %s (advertised %s:%d), cluster %s, %d partitions",
-                 self.node_id, self.config.listen, *self.config.advertised, self.cluster_id,
-                 len(self.replica_manager.partitions))
+        log.info(
+            "broker %d serving Kafka on %s (advertised %s:%d), cluster %s, %d partitions",
+            self.node_id,
+            self.config.listen,
+            *self.config.advertised,
+            self.cluster_id,
+            len(self.replica_manager.partitions),
+        )
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests (parked fetches return now), flush logs."""
@@ -187,15 +219,25 @@ class Broker:
     def _registration(self) -> records.BrokerRecord:
         host, port = self.config.advertised
         rpc = self.config.rpc_advertised
-        return records.BrokerRecord(records.RECORD_VERSION, self.node_id, self.config.az, host, port,
-                                    rpc[0] if rpc else None, rpc[1] if rpc else 0, self.config.stateless,
-                                    __version__, self.incarnation)
+        return records.BrokerRecord(
+            records.RECORD_VERSION,
+            self.node_id,
+            self.config.az,
+            host,
+            port,
+            rpc[0] if rpc else None,
+            rpc[1] if rpc else 0,
+            self.config.stateless,
+            __version__,
+            self.incarnation,
+        )
 
     def assign_replicas(self, partitions: range | list[int], replication_factor: int) -> dict[int, list[int]]:
         """Rack-aware replicas for new partitions over the live brokers that store data."""
         brokers = [(b.node_id, b.az) for b in self.view.brokers.values() if not b.stateless]
-        return assign_replicas(list(partitions), replication_factor, brokers,
-                               start=self.env.random.randrange(max(len(brokers), 1)))
+        return assign_replicas(
+            list(partitions), replication_factor, brokers, start=self.env.random.randrange(max(len(brokers), 1))
+        )
 
     def _forget_departed_peers(self) -> None:
         live = self.view.live_ids()
@@ -208,12 +250,26 @@ class Broker:
 
     def _start_diskless(self) -> None:
         config = self.config
-        keys = WalKeyAllocator("", self.cluster_id, self.node_id, self.clock.now_ms,
-                               first_sequence=self.env.random.randrange(SEQUENCE_MODULUS))
-        self.wal = WalWriter(self.objects, keys, self.commit_router, self.cache, self.metrics,
-                             buffer_max_bytes=config.wal_buffer_max_bytes, linger_ms=config.wal_linger_ms,
-                             max_inflight_bytes=config.wal_max_inflight_bytes, quiet_ms=config.wal_quiet_ms,
-                             quiet_min_bytes=config.wal_quiet_min_bytes, clock=self.clock)
+        keys = WalKeyAllocator(
+            "",
+            self.cluster_id,
+            self.node_id,
+            self.clock.now_ms,
+            first_sequence=self.env.random.randrange(SEQUENCE_MODULUS),
+        )
+        self.wal = WalWriter(
+            self.objects,
+            keys,
+            self.commit_router,
+            self.cache,
+            self.metrics,
+            buffer_max_bytes=config.wal_buffer_max_bytes,
+            linger_ms=config.wal_linger_ms,
+            max_inflight_bytes=config.wal_max_inflight_bytes,
+            quiet_ms=config.wal_quiet_ms,
+            quiet_min_bytes=config.wal_quiet_min_bytes,
+            clock=self.clock,
+        )
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)
 
@@ -229,9 +285,11 @@ class Broker:
                 self.data_dir.refuse_new_cluster(self._metadata_name())
             cluster_id = _kafka_style_id(self.env.new_uuid())
             try:
-                await self.store.put(records.CLUSTER_KEY,
-                                     records.encode(records.ClusterRecord(records.RECORD_VERSION, cluster_id)),
-                                     expected_revision=0)
+                await self.store.put(
+                    records.CLUSTER_KEY,
+                    records.encode(records.ClusterRecord(records.RECORD_VERSION, cluster_id)),
+                    expected_revision=0,
+                )
                 return cluster_id
             except (RevisionConflict, MetadataUnavailable) as exc:
                 log.info("cluster id not created (%s): reading it again", exc)
@@ -250,6 +308,7 @@ def _split(address: str) -> tuple[str, int]:
 async def run(config: BrokerConfig) -> None:
     """Run until SIGINT/SIGTERM, then shut down gracefully."""
     import signal
+
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()

@@ -14,9 +14,15 @@ from typing import Any
 from .config import ConfigError, StartRefused, load_config
 
 _FLAG_KEYS = {
-    "node_id": "node.id", "az": "az", "listen": "listen", "advertise": "advertise",
-    "data_dir": "data.dir", "object_store": "object.store", "metadata": "metadata",
-    "metrics_listen": "metrics.listen", "rpc_listen": "rpc.listen",
+    "node_id": "node.id",
+    "az": "az",
+    "listen": "listen",
+    "advertise": "advertise",
+    "data_dir": "data.dir",
+    "object_store": "object.store",
+    "metadata": "metadata",
+    "metrics_listen": "metrics.listen",
+    "rpc_listen": "rpc.listen",
 }
 
 
@@ -36,21 +42,44 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--metadata", metavar="URL", help="local: (default) or etcd://host:port/prefix")
     broker.add_argument("--rpc-listen", metavar="HOST:PORT", help="inter-broker RPC (required with etcd metadata)")
     broker.add_argument("--metrics-listen", metavar="HOST:PORT", help="Prometheus /metrics, /healthz, /readyz")
-    broker.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                        help="any config key from docs/configuration.md (repeatable)")
+    broker.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="any config key from docs/configuration.md (repeatable)",
+    )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     dev = commands.add_parser("dev", help="development tools").add_subparsers(dest="dev_command", required=True)
     cluster = dev.add_parser("cluster", help="etcd, an S3 endpoint (moto) and N brokers on loopback; Ctrl-C stops all")
     cluster.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     cluster.add_argument("--azs", type=int, help="AZs az1..azM, brokers go round-robin (default: min(3, brokers))")
-    cluster.add_argument("--stateless-per-az", type=int, default=0, metavar="N",
-                         help="also start N stateless brokers (--stateless) in each AZ (default 0)")
-    cluster.add_argument("--dir", metavar="DIR", help="empty work dir for data and logs, kept at exit "
-                                                      "(default: a temporary dir, removed at exit)")
-    cluster.add_argument("--base-port", type=int, metavar="PORT",
-                         help="Kafka on PORT+node, RPC on PORT+100+node, metrics on PORT+200+node (default: free)")
-    cluster.add_argument("--set", metavar="KEY=VALUE", type=_setting, action="append", default=[],
-                         help="config key for every broker (repeatable)")
+    cluster.add_argument(
+        "--stateless-per-az",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start N stateless brokers (--stateless) in each AZ (default 0)",
+    )
+    cluster.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="empty work dir for data and logs, kept at exit (default: a temporary dir, removed at exit)",
+    )
+    cluster.add_argument(
+        "--base-port",
+        type=int,
+        metavar="PORT",
+        help="Kafka on PORT+node, RPC on PORT+100+node, metrics on PORT+200+node (default: free)",
+    )
+    cluster.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        type=_setting,
+        action="append",
+        default=[],
+        help="config key for every broker (repeatable)",
+    )
     return parser
 
 
@@ -65,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "dev":
         from .devcluster.cluster import main as dev_cluster  # late: the broker needs none of it
+
         return dev_cluster(args.brokers, args.azs, args.dir, args.base_port, dict(args.set), args.stateless_per_az)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     overrides: dict[str, object] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -87,9 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shoal: {exc}", file=sys.stderr)
         return 2
     from .broker import run
+
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
+
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run

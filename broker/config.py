@@ -121,29 +121,38 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             if value is not None:
                 parse_host_port(value, key)
         if self.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
-            raise ConfigError("log.message.timestamp.type must be CreateTime or LogAppendTime, "
-                              f"not {self.log_message_timestamp_type!r}")
+            raise ConfigError(
+                "log.message.timestamp.type must be CreateTime or LogAppendTime, "
+                f"not {self.log_message_timestamp_type!r}"
+            )
         if self.metadata != "local:" and not self.metadata.startswith("etcd://"):
             raise ConfigError(f"metadata must be local: or etcd://host:port/prefix, got {self.metadata!r}")
         if self.metadata.startswith("etcd://") and self.rpc_listen is None:
             raise ConfigError("rpc.listen is required with etcd metadata: brokers replicate over it")
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
-            raise ConfigError(f"broker.heartbeat.interval.ms ({self.broker_heartbeat_interval_ms}) must be below "
-                              f"broker.session.timeout.ms ({self.broker_session_timeout_ms})")
+            raise ConfigError(
+                f"broker.heartbeat.interval.ms ({self.broker_heartbeat_interval_ms}) must be below "
+                f"broker.session.timeout.ms ({self.broker_session_timeout_ms})"
+            )
         if self.object_store is not None:
             from .objectstore import object_store_scheme  # late: keeps config free of store imports at load
+
             try:
                 object_store_scheme(self.object_store)
             except ValueError as exc:
                 raise ConfigError(f"object.store: {exc}") from None
         if self.wal_max_inflight_bytes < self.wal_buffer_max_bytes:
-            raise ConfigError(f"wal.max.inflight.bytes ({self.wal_max_inflight_bytes}) must be at least "
-                              f"wal.buffer.max.bytes ({self.wal_buffer_max_bytes})")
+            raise ConfigError(
+                f"wal.max.inflight.bytes ({self.wal_max_inflight_bytes}) must be at least "
+                f"wal.buffer.max.bytes ({self.wal_buffer_max_bytes})"
+            )
         if self.stateless and self.data_dir is not None and self.data_dir != "./data":
             raise ConfigError("--stateless and data.dir are exclusive: a stateless broker has no data dir")
         if self.stateless and (not self.metadata.startswith("etcd://") or self.object_store is None):
-            raise ConfigError("a stateless broker keeps nothing locally: it needs etcd metadata (--metadata "
-                              "etcd://...) and a shared object store (--object-store s3://...)")
+            raise ConfigError(
+                "a stateless broker keeps nothing locally: it needs etcd metadata (--metadata "
+                "etcd://...) and a shared object store (--object-store s3://...)"
+            )
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -190,12 +199,12 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {name[6:].lower().replace("_", "."): value
-            for name, value in environ.items() if name.startswith("SHOAL_")}
+    return {name[6:].lower().replace("_", "."): value for name, value in environ.items() if name.startswith("SHOAL_")}
 
 
-def load_config(config_file: str | None = None, overrides: Mapping[str, Any] | None = None,
-                environ: Mapping[str, str] | None = None) -> BrokerConfig:
+def load_config(
+    config_file: str | None = None, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> BrokerConfig:
     """Merge file < env < overrides and validate; raise ConfigError naming the bad key."""
     merged: dict[str, Any] = {}
     if config_file:

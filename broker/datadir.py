@@ -71,7 +71,8 @@ class DataDir:
                 raise DataDirError(
                     f"data dir {path} belongs to node.id {identity.node_id} ({path / IDENTITY_FILE}), but this "
                     f"broker is configured with node.id {node_id}: start it with node.id {identity.node_id}, "
-                    f"or give node {node_id} a data dir of its own")
+                    f"or give node {node_id} a data dir of its own"
+                )
         except BaseException:
             lock.close()
             raise
@@ -88,15 +89,21 @@ class DataDir:
             identity = DataDirIdentity(IDENTITY_VERSION, self.node_id, cluster_id)
             write_atomically(self.identity_path, msgspec.json.encode(identity))
             self.identity = identity
-            log.info("data dir %s now belongs to node.id %d of cluster %s (%s)", self.path, self.node_id,
-                     cluster_id, self.identity_path)
+            log.info(
+                "data dir %s now belongs to node.id %d of cluster %s (%s)",
+                self.path,
+                self.node_id,
+                cluster_id,
+                self.identity_path,
+            )
             return
         if self.identity.cluster_id != cluster_id:
             raise DataDirError(
                 f"data dir {self.path} belongs to cluster {self.identity.cluster_id} ({self.identity_path}), "
                 f"but the metadata store ({metadata}) is cluster {cluster_id}: point metadata at cluster "
                 f"{self.identity.cluster_id}'s store (or restore it), or give this broker an empty data dir to "
-                f"join cluster {cluster_id}")
+                f"join cluster {cluster_id}"
+            )
 
     def refuse_new_cluster(self, metadata: str) -> None:
         """The metadata store holds no cluster yet: a data dir that belongs to a cluster must
@@ -106,7 +113,8 @@ class DataDir:
                 f"data dir {self.path} belongs to cluster {self.identity.cluster_id} ({self.identity_path}), "
                 f"but the metadata store ({metadata}) holds no cluster (it is new and empty): point metadata "
                 f"at cluster {self.identity.cluster_id}'s store (or restore it), or give this broker an empty "
-                f"data dir to start a new cluster")
+                f"data dir to start a new cluster"
+            )
 
     def close(self) -> None:
         """Release the lock. Idempotent."""
@@ -128,17 +136,23 @@ def read_identity(path: Path) -> DataDirIdentity | None:
     try:
         version = msgspec.json.decode(raw, type=_Versioned).version
     except msgspec.DecodeError as exc:
-        raise DataDirError(f"{file} is not a valid identity file ({exc}): restore it, or delete it to have it "
-                           "written again from this broker's node.id and cluster") from None
+        raise DataDirError(
+            f"{file} is not a valid identity file ({exc}): restore it, or delete it to have it "
+            "written again from this broker's node.id and cluster"
+        ) from None
     if version != IDENTITY_VERSION:
-        raise DataDirError(f"{file}: identity format version {version} is not supported (this broker reads "
-                           f"version {IDENTITY_VERSION}): the data dir was written by a newer Shoal; run that "
-                           "version") from None
+        raise DataDirError(
+            f"{file}: identity format version {version} is not supported (this broker reads "
+            f"version {IDENTITY_VERSION}): the data dir was written by a newer Shoal; run that "
+            "version"
+        ) from None
     try:
         return msgspec.json.decode(raw, type=DataDirIdentity)
     except msgspec.DecodeError as exc:
-        raise DataDirError(f"{file} is not a valid identity file ({exc}): restore it, or delete it to have it "
-                           "written again from this broker's node.id and cluster") from None
+        raise DataDirError(
+            f"{file} is not a valid identity file ({exc}): restore it, or delete it to have it "
+            "written again from this broker's node.id and cluster"
+        ) from None
 
 
 def _lock(path: Path) -> BinaryIO:
@@ -153,8 +167,10 @@ def _lock(path: Path) -> BinaryIO:
     except BlockingIOError:
         holder = _holder(fd)
         lock.close()
-        raise DataDirError(f"data dir {path} is in use by another broker process ({holder} holds {file}): stop "
-                           "it first, or give this broker a data dir of its own") from None
+        raise DataDirError(
+            f"data dir {path} is in use by another broker process ({holder} holds {file}): stop "
+            "it first, or give this broker a data dir of its own"
+        ) from None
     except OSError as exc:
         lock.close()
         raise DataDirError(f"cannot lock data dir {path} ({file}): {exc.strerror}") from None

@@ -33,8 +33,10 @@ def _unsupported_api_versions(correlation_id: int) -> list[bytes | bytearray]:
     """ApiVersions v0 body with UNSUPPORTED_VERSION, listing what we support (KIP-511)."""
     response = ApiVersionsResponse(
         error_code=ErrorCode.UNSUPPORTED_VERSION,
-        api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                  for k, lo, hi in registry.supported_versions()],
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in registry.supported_versions()
+        ],
     )
     header = RequestHeader(ApiKey.API_VERSIONS, 0, correlation_id, None)
     return encode_response(header, response)
@@ -51,8 +53,10 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
     if not handler.supports(api_version):
         if api_key == ApiKey.API_VERSIONS:
             return _unsupported_api_versions(correlation_id)
-        raise ConnectionFault(f"unsupported version {api_version} of API {api_key} "
-                              f"(supported {handler.min_version}-{handler.max_version})")
+        raise ConnectionFault(
+            f"unsupported version {api_version} of API {api_key} "
+            f"(supported {handler.min_version}-{handler.max_version})"
+        )
     try:
         header, body_offset = parse_request_header(frame, is_flexible(api_key, api_version), peer)
         request = decode_request(api_key, api_version, frame, body_offset)
@@ -64,8 +68,7 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
     except ConnectionFault:
         raise
     except Exception:
-        log.exception("handler for API %s v%s failed (client %s, %s)", api_key, api_version,
-                      header.client_id, peer)
+        log.exception("handler for API %s v%s failed (client %s, %s)", api_key, api_version, header.client_id, peer)
         raise ConnectionFault("internal error while handling the request") from None
     finally:
         broker.metrics.observe_request(api_key, broker.clock.monotonic() - started)

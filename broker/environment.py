@@ -80,7 +80,12 @@ class Environment:
             clock=clock,
             random=rng,
             metadata=open_store(config, clock),
-            objects=open_object_store(config.object_store_url, max_concurrency=config.object_store_max_concurrency,
-                                      on_request=on_object_request, clock=clock, rng=rng),
+            objects=open_object_store(
+                config.object_store_url,
+                max_concurrency=config.object_store_max_concurrency,
+                on_request=on_object_request,
+                clock=clock,
+                rng=rng,
+            ),
             peers=TcpPeers(config.rpc_listen, PeerRequest, PeerResponse),
         )

@@ -66,9 +66,7 @@ class LeaderState:
         self._leader_epoch_start_offset = leader_epoch_start_offset
         self._high_watermark = high_watermark
         self._followers = {
-            r: _Follower(last_caught_up_ms=now_ms if r in self._isr else 0)
-            for r in self._replicas
-            if r != leader_id
+            r: _Follower(last_caught_up_ms=now_ms if r in self._isr else 0) for r in self._replicas if r != leader_id
         }
 
     @property
@@ -140,7 +138,8 @@ class LeaderState:
         if self._pending_isr is not None:
             return frozenset()
         return frozenset(
-            r for r in self._isr
+            r
+            for r in self._isr
             if r != self._leader_id
             and self._followers[r].log_end_offset != leader_leo
             and now_ms - self._followers[r].last_caught_up_ms > lag_max_ms
@@ -153,10 +152,9 @@ class LeaderState:
             return frozenset()
         hw = self.high_watermark(leader_leo)
         return frozenset(
-            r for r, f in self._followers.items()
-            if r not in self._isr
-            and f.log_end_offset >= hw
-            and f.log_end_offset >= self._leader_epoch_start_offset
+            r
+            for r, f in self._followers.items()
+            if r not in self._isr and f.log_end_offset >= hw and f.log_end_offset >= self._leader_epoch_start_offset
         )
 
     def begin_isr_change(self, isr: Iterable[int]) -> None:

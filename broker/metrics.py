@@ -23,82 +23,137 @@ class BrokerMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("shoal_requests", "Kafka requests handled, by API key.", ["api_key"], registry=r)
-        self.request_seconds = Histogram("shoal_request_seconds", "Time to handle a Kafka request, by API key.",
-                                         ["api_key"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.request_seconds = Histogram(
+            "shoal_request_seconds",
+            "Time to handle a Kafka request, by API key.",
+            ["api_key"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.connections = Gauge("shoal_connections", "Open client connections.", registry=r)
         self.request_memory_bytes = Gauge(
-            "shoal_request_memory_bytes", "Bytes of requests received and not yet handled, with the reservations of "
-            "frames being read (bounded by queued.max.request.bytes).", registry=r)
+            "shoal_request_memory_bytes",
+            "Bytes of requests received and not yet handled, with the reservations of "
+            "frames being read (bounded by queued.max.request.bytes).",
+            registry=r,
+        )
         self.connections_paused = Gauge(
-            "shoal_connections_paused", "Client connections not being read from because a bound was reached "
-            "(queued.max.requests, queued.max.request.bytes[.per.connection]).", registry=r)
+            "shoal_connections_paused",
+            "Client connections not being read from because a bound was reached "
+            "(queued.max.requests, queued.max.request.bytes[.per.connection]).",
+            registry=r,
+        )
         self.bytes_in = Counter("shoal_network_received_bytes", "Kafka request bytes received.", registry=r)
         self.bytes_out = Counter("shoal_network_sent_bytes", "Kafka response bytes sent.", registry=r)
-        self.produced_bytes = Counter("shoal_produced_bytes", "Record batch bytes appended to partition logs.",
-                                      registry=r)
+        self.produced_bytes = Counter(
+            "shoal_produced_bytes", "Record batch bytes appended to partition logs.", registry=r
+        )
         self.fetched_bytes = Counter("shoal_fetched_bytes", "Record batch bytes returned to fetches.", registry=r)
-        self.produce_errors = Counter("shoal_produce_errors", "Partitions of produce requests that failed, by error.",
-                                      ["error"], registry=r)
+        self.produce_errors = Counter(
+            "shoal_produce_errors", "Partitions of produce requests that failed, by error.", ["error"], registry=r
+        )
         self.partitions = Gauge("shoal_partitions", "Partitions hosted by this broker.", registry=r)
-        self.log_flush_seconds = Histogram("shoal_log_flush_seconds", "Time to fsync a partition log.",
-                                           buckets=_LATENCY_BUCKETS, registry=r)
-        self.group_rebalances = Counter("shoal_group_rebalances", "Completed join phases of group rebalances.",
-                                        registry=r)
+        self.log_flush_seconds = Histogram(
+            "shoal_log_flush_seconds", "Time to fsync a partition log.", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.group_rebalances = Counter(
+            "shoal_group_rebalances", "Completed join phases of group rebalances.", registry=r
+        )
         self.group_rebalance_seconds = Histogram(
             "shoal_group_rebalance_seconds",
             "Time from a group's last JoinGroup to the answers of its join phase (includes the "
-            "initial rebalance delay for empty groups).", buckets=_LATENCY_BUCKETS, registry=r)
-        self.offset_commits = Counter("shoal_offset_commits", "Partition offsets committed to __consumer_offsets.",
-                                      registry=r)
+            "initial rebalance delay for empty groups).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.offset_commits = Counter(
+            "shoal_offset_commits", "Partition offsets committed to __consumer_offsets.", registry=r
+        )
         self.groups = Gauge("shoal_groups", "Consumer groups this broker coordinates.", registry=r)
         # Cluster and replication
         self.replication_bytes = Counter(
-            "shoal_replication_fetched_bytes", "Partition-log entry bytes this broker copied from leaders as a follower.",
-            registry=r)
+            "shoal_replication_fetched_bytes",
+            "Partition-log entry bytes this broker copied from leaders as a follower.",
+            registry=r,
+        )
         self.leader_partitions = Gauge("shoal_leader_partitions", "Partitions this broker leads.", registry=r)
         self.under_replicated_partitions = Gauge(
-            "shoal_under_replicated_partitions", "Partitions this broker leads whose ISR is smaller than their "
-            "replica set (Kafka's UnderReplicatedPartitions).", registry=r)
+            "shoal_under_replicated_partitions",
+            "Partitions this broker leads whose ISR is smaller than their "
+            "replica set (Kafka's UnderReplicatedPartitions).",
+            registry=r,
+        )
         self.wal_commit_requests = Counter(
-            "shoal_wal_commit_requests", "Commit requests sent for WAL objects, to this broker's own partitions "
-            "(local) or to a leader elsewhere (remote): one per leader broker per object.", ["target"], registry=r)
+            "shoal_wal_commit_requests",
+            "Commit requests sent for WAL objects, to this broker's own partitions "
+            "(local) or to a leader elsewhere (remote): one per leader broker per object.",
+            ["target"],
+            registry=r,
+        )
         self.cross_az_bytes = Counter(
-            "shoal_cross_az_bytes", "Bytes exchanged with peers or clients in another AZ, by kind: records "
+            "shoal_cross_az_bytes",
+            "Bytes exchanged with peers or clients in another AZ, by kind: records "
             "(record batches between brokers), metadata (other inter-broker RPC), client (clients that named "
-            "another AZ).", ["kind"], registry=r)
-        self.controller_active = Gauge("shoal_controller_active", "1 on the broker that is the controller.",
-                                       registry=r)
+            "another AZ).",
+            ["kind"],
+            registry=r,
+        )
+        self.controller_active = Gauge("shoal_controller_active", "1 on the broker that is the controller.", registry=r)
         # Object store and diskless topics
         self.object_store_requests = Counter(
-            "shoal_object_store_requests", "Object store request attempts, by operation and outcome.",
-            ["operation", "outcome"], registry=r)
+            "shoal_object_store_requests",
+            "Object store request attempts, by operation and outcome.",
+            ["operation", "outcome"],
+            registry=r,
+        )
         self.object_store_request_seconds = Histogram(
-            "shoal_object_store_request_seconds", "Time of one object store request attempt, by operation.",
-            ["operation"], buckets=_LATENCY_BUCKETS, registry=r)
+            "shoal_object_store_request_seconds",
+            "Time of one object store request attempt, by operation.",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.object_store_bytes = Counter(
-            "shoal_object_store_bytes", "Payload bytes moved to (up) or from (down) the object store.",
-            ["direction"], registry=r)
+            "shoal_object_store_bytes",
+            "Payload bytes moved to (up) or from (down) the object store.",
+            ["direction"],
+            registry=r,
+        )
         self.wal_object_bytes = Histogram(
-            "shoal_wal_object_bytes", "Size of uploaded WAL objects.",
-            buckets=tuple(float(1 << n) for n in range(10, 28, 2)), registry=r)
-        self.wal_upload_seconds = Histogram("shoal_wal_upload_seconds", "Time to upload one WAL object (PUT).",
-                                            buckets=_LATENCY_BUCKETS, registry=r)
-        self.wal_commit_seconds = Histogram("shoal_wal_commit_seconds",
-                                            "Time from sending a WAL object's commits to the leaders' answers.",
-                                            buckets=_LATENCY_BUCKETS, registry=r)
+            "shoal_wal_object_bytes",
+            "Size of uploaded WAL objects.",
+            buckets=tuple(float(1 << n) for n in range(10, 28, 2)),
+            registry=r,
+        )
+        self.wal_upload_seconds = Histogram(
+            "shoal_wal_upload_seconds", "Time to upload one WAL object (PUT).", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.wal_commit_seconds = Histogram(
+            "shoal_wal_commit_seconds",
+            "Time from sending a WAL object's commits to the leaders' answers.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.wal_objects = Counter("shoal_wal_objects", "WAL objects finished, by outcome.", ["outcome"], registry=r)
         self.wal_seals = Counter("shoal_wal_seals", "WAL buffers sealed, by reason.", ["reason"], registry=r)
         self.wal_buffer_bytes = Gauge("shoal_wal_buffer_bytes", "Bytes in the open WAL buffer.", registry=r)
         self.wal_inflight_bytes = Gauge(
-            "shoal_wal_inflight_bytes", "Diskless produce bytes admitted and not yet committed "
-            "(bounded by wal.max.inflight.bytes).", registry=r)
+            "shoal_wal_inflight_bytes",
+            "Diskless produce bytes admitted and not yet committed (bounded by wal.max.inflight.bytes).",
+            registry=r,
+        )
         self.wal_backpressure_waits = Counter(
-            "shoal_wal_backpressure_waits", "Produce requests that waited for wal.max.inflight.bytes.", registry=r)
+            "shoal_wal_backpressure_waits", "Produce requests that waited for wal.max.inflight.bytes.", registry=r
+        )
         self.wal_key_collisions = Counter(
-            "shoal_wal_key_collisions", "WAL object keys found holding another object at upload (never overwritten; "
-            "the object is uploaded under a fresh key).", registry=r)
-        self.cache_requests = Counter("shoal_cache_requests", "Object cache lookups, by result (hit, miss).",
-                                      ["result"], registry=r)
+            "shoal_wal_key_collisions",
+            "WAL object keys found holding another object at upload (never overwritten; "
+            "the object is uploaded under a fresh key).",
+            registry=r,
+        )
+        self.cache_requests = Counter(
+            "shoal_cache_requests", "Object cache lookups, by result (hit, miss).", ["result"], registry=r
+        )
         self.cache_bytes = Gauge("shoal_cache_bytes", "Bytes held by the object cache.", registry=r)
         self._per_api: dict[int, tuple[Counter, Histogram]] = {}
 
@@ -109,7 +164,6 @@ class BrokerMetrics:
             pair = self._per_api[api_key] = (self.requests.labels(label), self.request_seconds.labels(label))
         pair[0].inc()
         pair[1].observe(seconds)
-
 
     def observe_object_request(self, operation: str, outcome: str, seconds: float, nbytes: int) -> None:
         """The object stores' RequestObserver."""
@@ -148,8 +202,11 @@ class MetricsServer:
             parts = request_line.decode("latin-1").split()
             path = parts[1].split("?")[0] if len(parts) >= 2 else ""
             status, body, content_type = self._route(parts[0] if parts else "", path)
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                         "Connection: close\r\n\r\n".encode() + body)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
             await writer.drain()
         except (asyncio.TimeoutError, ConnectionError, UnicodeDecodeError):
             pass

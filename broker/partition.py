@@ -54,16 +54,22 @@ def validate_batches(records: memoryview, settings: TopicSettings, now_ms: int) 
     for pos, header in found:
         size = header.size
         if size > settings.max_message_bytes:
-            raise ApiError(ErrorCode.MESSAGE_TOO_LARGE,
-                           f"batch of {size} bytes exceeds max.message.bytes={settings.max_message_bytes}")
+            raise ApiError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"batch of {size} bytes exceeds max.message.bytes={settings.max_message_bytes}",
+            )
         if size > settings.log.segment_bytes:
-            raise ApiError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                           f"batch of {size} bytes exceeds segment.bytes={settings.log.segment_bytes}")
-        if not batches.crc_is_valid(records[pos:pos + size], header):
+            raise ApiError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"batch of {size} bytes exceeds segment.bytes={settings.log.segment_bytes}",
+            )
+        if not batches.crc_is_valid(records[pos : pos + size], header):
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC32C mismatch")
         if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
-            raise ApiError(ErrorCode.INVALID_RECORD,
-                           f"batch claims {header.records_count} records with lastOffsetDelta {header.last_offset_delta}")
+            raise ApiError(
+                ErrorCode.INVALID_RECORD,
+                f"batch claims {header.records_count} records with lastOffsetDelta {header.last_offset_delta}",
+            )
         if header.compression > MAX_COMPRESSION_CODEC:
             raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {header.compression}")
         if header.is_control:
@@ -81,7 +87,7 @@ def prepare_diskless(records: memoryview, settings: TopicSettings, now_ms: int) 
     replica of the partition: the leader checks producer state and the ISR at commit."""
     prepared = []
     for pos, header in validate_batches(records, settings, now_ms):
-        batch = records[pos:pos + header.size]
+        batch = records[pos : pos + header.size]
         if settings.log_append_time:
             head = bytes(batches.log_append_time_header(batch, header, now_ms))
         else:
@@ -95,15 +101,25 @@ def _check_timestamps(header: BatchHeader, settings: TopicSettings, now_ms: int)
     latest = now_ms + settings.timestamp_after_max_ms
     for ts in (header.base_timestamp, header.max_timestamp):
         if ts >= 0 and not earliest <= ts <= latest:
-            raise ApiError(ErrorCode.INVALID_TIMESTAMP,
-                           f"timestamp {ts} is out of range [{earliest}, {latest}] "
-                           "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+            raise ApiError(
+                ErrorCode.INVALID_TIMESTAMP,
+                f"timestamp {ts} is out of range [{earliest}, {latest}] "
+                "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)",
+            )
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, directory: Path, log_: PartitionLog,
-                 producers: ProducerStateManager, settings: TopicSettings, clock: Clock,
-                 on_append: Callable[["Partition"], None]) -> None:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        directory: Path,
+        log_: PartitionLog,
+        producers: ProducerStateManager,
+        settings: TopicSettings,
+        clock: Clock,
+        on_append: Callable[["Partition"], None],
+    ) -> None:
         self.topic = topic
         self.index = index
         self.key = TopicPartition(topic, index)
@@ -127,26 +143,37 @@ class Partition:
         self._on_append = on_append
 
     @classmethod
-    def open(cls, topic: str, index: int, directory: Path, settings: TopicSettings, clock: Clock,
-             producer_expiration_ms: int, on_append: Callable[["Partition"], None]) -> "Partition":
+    def open(
+        cls,
+        topic: str,
+        index: int,
+        directory: Path,
+        settings: TopicSettings,
+        clock: Clock,
+        producer_expiration_ms: int,
+        on_append: Callable[["Partition"], None],
+    ) -> "Partition":
         producers = ProducerStateManager(clock, producer_expiration_ms)
-        log_ = PartitionLog.open(directory, settings.log, clock,
-                                 on_segment_roll=lambda offset: producers.take_snapshot(directory, offset))
+        log_ = PartitionLog.open(
+            directory, settings.log, clock, on_segment_roll=lambda offset: producers.take_snapshot(directory, offset)
+        )
         partition = cls(topic, index, directory, log_, producers, settings, clock, on_append)
         partition._rebuild_producer_state()
         return partition
 
     def _rebuild_producer_state(self) -> None:
         """Latest snapshot plus the log tail after it: cost is the tail, not the log."""
-        start = max(self.producers.load_latest_snapshot(self.directory, self.log.log_end_offset),
-                    self.log.log_start_offset)
+        start = max(
+            self.producers.load_latest_snapshot(self.directory, self.log.log_end_offset), self.log.log_start_offset
+        )
         replayed = 0
         for entry in self.log.iter_entries(start):
             self.producers.replay(entry.header, entry.base_offset)
             replayed += 1
         if replayed:
-            log.info("%s-%s: replayed %d entries from offset %d into producer state",
-                     self.topic, self.index, replayed, start)
+            log.info(
+                "%s-%s: replayed %d entries from offset %d into producer state", self.topic, self.index, replayed, start
+            )
 
     @property
     def isr_size(self) -> int:
@@ -162,11 +189,23 @@ class Partition:
             self.leader_epoch = state.leader_epoch
             end = self.log.log_end_offset
             self.epochs.assign(state.leader_epoch, end)
-            self.leader_state = LeaderState(leader_id=node_id, replicas=self.replicas, isr=self.isr,
-                                            leader_epoch=state.leader_epoch, leader_epoch_start_offset=end,
-                                            high_watermark=self.log.high_watermark, now_ms=self._clock.now_ms())
-            log.info("%s-%d: leader in epoch %d from offset %d, isr %s", self.topic, self.index,
-                     state.leader_epoch, end, self.isr)
+            self.leader_state = LeaderState(
+                leader_id=node_id,
+                replicas=self.replicas,
+                isr=self.isr,
+                leader_epoch=state.leader_epoch,
+                leader_epoch_start_offset=end,
+                high_watermark=self.log.high_watermark,
+                now_ms=self._clock.now_ms(),
+            )
+            log.info(
+                "%s-%d: leader in epoch %d from offset %d, isr %s",
+                self.topic,
+                self.index,
+                state.leader_epoch,
+                end,
+                self.isr,
+            )
         else:
             self.leader_state.set_isr(self.isr)
         self.advance_high_watermark()
@@ -180,8 +219,12 @@ class Partition:
         self.leader_epoch = state.leader_epoch
         if self.leader_state is not None:
             self.leader_state = None
-            self._end_waits(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                     f"leadership of {self.topic}-{self.index} moved to broker {state.leader}"))
+            self._end_waits(
+                ApiError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"leadership of {self.topic}-{self.index} moved to broker {state.leader}",
+                )
+            )
 
     def retire(self) -> None:
         """The partition is being deleted: neither lead nor follow any more."""
@@ -190,8 +233,10 @@ class Partition:
 
     def check_leader(self) -> None:
         if self.leader_state is None:
-            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                           f"this broker is not the leader of {self.topic}-{self.index} (leader {self.leader_id})")
+            raise ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"this broker is not the leader of {self.topic}-{self.index} (leader {self.leader_id})",
+            )
 
     # -- high watermark and acks=all -----------------------------------------------------------
     def advance_high_watermark(self) -> None:
@@ -212,22 +257,28 @@ class Partition:
         in sync, else raise (REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER,
         NOT_ENOUGH_REPLICAS_AFTER_APPEND), as Kafka's delayed produce does."""
         if self.leader_state is None:
-            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                           f"leadership of {self.topic}-{self.index} moved to broker {self.leader_id}")
+            raise ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"leadership of {self.topic}-{self.index} moved to broker {self.leader_id}",
+            )
         if self.log.high_watermark < end_offset:
             future: asyncio.Future[ApiError | None] = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waits, (end_offset, next(self._wait_seq), future))
             await asyncio.wait((future,), timeout=timeout_s)
             if not future.done():
                 future.cancel()
-                raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
-                               f"{self.topic}-{self.index}: not replicated to the ISR {self.isr} in time")
+                raise ApiError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{self.topic}-{self.index}: not replicated to the ISR {self.isr} in time",
+                )
             error = future.result()
             if error is not None:
                 raise error
         if self.isr_size < self.settings.min_insync_replicas:
-            raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                           f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
+            raise ApiError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}",
+            )
 
     def _end_waits(self, error: ApiError) -> None:
         waits, self._waits = self._waits, []
@@ -243,8 +294,10 @@ class Partition:
         for kind, data in entries:
             header = parse_header(data)
             if header.base_offset != self.log.log_end_offset:
-                raise ValueError(f"{self.topic}-{self.index}: replicated entry at {header.base_offset}, "
-                                 f"log end offset is {self.log.log_end_offset}")
+                raise ValueError(
+                    f"{self.topic}-{self.index}: replicated entry at {header.base_offset}, "
+                    f"log end offset is {self.log.log_end_offset}"
+                )
             epoch = header.partition_leader_epoch
             if epoch > self.epochs.latest_epoch:
                 self.epochs.assign(epoch, header.base_offset)
@@ -262,16 +315,26 @@ class Partition:
         leader but never wrote to begins at the log end, and would be reported to the new
         leader as the last fetched epoch round after round (divergence.py)."""
         if offset < self.log.log_end_offset:
-            log.warning("%s-%d: truncating divergent entries from offset %d (log end %d)", self.topic, self.index,
-                        offset, self.log.log_end_offset)
+            log.warning(
+                "%s-%d: truncating divergent entries from offset %d (log end %d)",
+                self.topic,
+                self.index,
+                offset,
+                self.log.log_end_offset,
+            )
             self.log.truncate_to(offset)
             self._reload_producers()
         self.epochs.truncate_from_end(offset)
 
     def restart_at(self, offset: int) -> None:
         """Follower behind the leader's log start: drop everything and continue from there."""
-        log.warning("%s-%d: log end %d is below the leader's log start %d: starting over there", self.topic,
-                    self.index, self.log.log_end_offset, offset)
+        log.warning(
+            "%s-%d: log end %d is below the leader's log start %d: starting over there",
+            self.topic,
+            self.index,
+            self.log.log_end_offset,
+            offset,
+        )
         self.log.restart_at(offset)
         self.epochs.truncate_from_end(0)
         self._reload_producers()
@@ -288,7 +351,7 @@ class Partition:
         self.check_acks(acks)
         items: list[tuple[BatchHeader, memoryview | bytearray]] = []
         for pos, header in found:
-            data: memoryview | bytearray = records[pos:pos + header.size]
+            data: memoryview | bytearray = records[pos : pos + header.size]
             if self.settings.log_append_time:
                 data = bytearray(data)
                 batches.stamp_log_append_time(data, header, now_ms)
@@ -305,10 +368,14 @@ class Partition:
     def check_acks(self, acks: int) -> None:
         self.check_leader()
         if acks == -1 and self.isr_size < self.settings.min_insync_replicas:
-            raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                           f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}")
+            raise ApiError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"in-sync replicas {self.isr_size} < min.insync.replicas={self.settings.min_insync_replicas}",
+            )
 
-    def _append(self, kind: EntryKind, items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]]) -> AppendOutcome:
+    def _append(
+        self, kind: EntryKind, items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]]
+    ) -> AppendOutcome:
         """Deduplicate against producer state and append, all batches or none (as Kafka
         appends a partition's record set): if a later batch is refused or its write fails,
         the earlier ones are cut off again. A duplicate answers with its offsets."""
@@ -324,8 +391,11 @@ class Partition:
                         first_offset = verdict.base_offset
                     continue
                 if verdict is not None:
-                    raise ApiError(verdict, f"producer {header.producer_id} epoch {header.producer_epoch} "
-                                            f"sequence {header.base_sequence}: {verdict.name}")
+                    raise ApiError(
+                        verdict,
+                        f"producer {header.producer_id} epoch {header.producer_epoch} "
+                        f"sequence {header.base_sequence}: {verdict.name}",
+                    )
                 result = self.log.append(kind, header, data, self.leader_epoch)
                 self.producers.on_append(header, result.base_offset, header.max_timestamp)
                 if first_offset < 0:
@@ -335,15 +405,15 @@ class Partition:
             if self.log.log_end_offset > start:
                 self._roll_back(start)
             if isinstance(exc, (OSError, LogClosedError)):  # the disk, not the request: retriable, as Kafka says
-                raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                               f"{self.topic}-{self.index}: the log could not be written, nothing was appended: {exc}"
-                               ) from exc
+                raise ApiError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"{self.topic}-{self.index}: the log could not be written, nothing was appended: {exc}",
+                ) from exc
             raise
         if appended:
             self.advance_high_watermark()
             self._on_append(self)
-        return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended,
-                             self.log.log_end_offset)
+        return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended, self.log.log_end_offset)
 
     def _roll_back(self, offset: int) -> None:
         """Cut off what a failed append wrote (nobody saw it: no await in between). If even

@@ -20,13 +20,19 @@ if TYPE_CHECKING:
     from .routing.read_service import ReplicaReadService
 
 PeerRequest = Union[ReplicaFetchRequest, CommitRequest, ReplicationWaitRequest, ReplicaReadRequest, KafkaForwardRequest]
-PeerResponse = Union[ReplicaFetchResponse, CommitResponse, ReplicationWaitResponse, ReplicaReadResponse,
-                     KafkaForwardResponse]
+PeerResponse = Union[
+    ReplicaFetchResponse, CommitResponse, ReplicationWaitResponse, ReplicaReadResponse, KafkaForwardResponse
+]
 
 
 class PeerService:
-    def __init__(self, fetches: "ReplicaFetchService", committer: "LocalCommitter", reads: "ReplicaReadService",
-                 forwarded: Callable[[KafkaForwardRequest], Awaitable[KafkaForwardResponse]]) -> None:
+    def __init__(
+        self,
+        fetches: "ReplicaFetchService",
+        committer: "LocalCommitter",
+        reads: "ReplicaReadService",
+        forwarded: Callable[[KafkaForwardRequest], Awaitable[KafkaForwardResponse]],
+    ) -> None:
         self._fetches = fetches
         self._committer = committer
         self._reads = reads

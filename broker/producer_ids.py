@@ -32,8 +32,11 @@ class ProducerIdAllocator:
             start = records.decode(current.value, records.ProducerIdBlockRecord).next_producer_id if current else 0
             record = records.ProducerIdBlockRecord(records.RECORD_VERSION, start + self._block_size)
             try:
-                await self._store.put(records.PRODUCER_ID_KEY, records.encode(record),
-                                      expected_revision=current.revision if current else 0)
+                await self._store.put(
+                    records.PRODUCER_ID_KEY,
+                    records.encode(record),
+                    expected_revision=current.revision if current else 0,
+                )
             except RevisionConflict:
                 continue
             self._next, self._end = start, start + self._block_size

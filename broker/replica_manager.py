@@ -26,10 +26,17 @@ from .waiters import FetchWaiters
 log = logging.getLogger(__name__)
 
 
-
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, catalog: TopicCatalog, view: ClusterView, clock: Clock,
-                 metrics: BrokerMetrics, waiters: FetchWaiters, new_uuid: Callable[[], uuid.UUID]) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        catalog: TopicCatalog,
+        view: ClusterView,
+        clock: Clock,
+        metrics: BrokerMetrics,
+        waiters: FetchWaiters,
+        new_uuid: Callable[[], uuid.UUID],
+    ) -> None:
         self._config = config
         self._new_uuid = new_uuid
         self._catalog = catalog
@@ -59,8 +66,9 @@ class ReplicaManager:
         self._tasks = [
             loop.create_task(self._every(self._config.log_flush_scheduler_interval_ms, self._flush_and_roll)),
             loop.create_task(self._every(self._config.log_retention_check_interval_ms, self._enforce_retention)),
-            loop.create_task(self._every(self._config.producer_id_expiration_check_interval_ms,
-                                         self._expire_producers)),
+            loop.create_task(
+                self._every(self._config.producer_id_expiration_check_interval_ms, self._expire_producers)
+            ),
         ]
 
     async def stop(self) -> None:
@@ -77,10 +85,10 @@ class ReplicaManager:
         if partition is None:
             known = self._catalog.get(topic)
             if known is not None and 0 <= index < known.partitions:
-                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                               f"This server is not a replica of {topic}-{index}")
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                           f"This server does not host this topic-partition: {topic}-{index}")
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"This server is not a replica of {topic}-{index}")
+            raise ApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic-partition: {topic}-{index}"
+            )
         return partition
 
     def leader(self, topic: str, index: int) -> Partition:
@@ -124,8 +132,15 @@ class ReplicaManager:
     def _open(self, topic: Topic, index: int) -> Partition:
         assert self._dir is not None, "a stateless broker hosts no partition"
         directory = self._dir / f"{topic.name}-{index}"
-        partition = Partition.open(topic.name, index, directory, topic.settings, self._clock,
-                                   self._config.producer_id_expiration_ms, self._on_append)
+        partition = Partition.open(
+            topic.name,
+            index,
+            directory,
+            topic.settings,
+            self._clock,
+            self._config.producer_id_expiration_ms,
+            self._on_append,
+        )
         partition.topic_id = str(topic.topic_id)
         self.partitions[TopicPartition(topic.name, index)] = partition
         self._metrics.partitions.set(len(self.partitions))

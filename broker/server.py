@@ -53,16 +53,22 @@ Answer = asyncio.Task["list[bytes | bytearray] | None"]  # a request being handl
 
 # APIs that neither read nor change what an earlier Produce of the connection wrote, so they
 # need not wait for pipelined Produce requests to be answered.
-INDEPENDENT_OF_PRODUCE = frozenset({
-    ApiKey.API_VERSIONS,
-    ApiKey.METADATA,
-    ApiKey.FIND_COORDINATOR,
-    ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
-    ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
-    ApiKey.OFFSET_FETCH,
-    ApiKey.DESCRIBE_CONFIGS,
-    ApiKey.DESCRIBE_CLUSTER,
-})
+INDEPENDENT_OF_PRODUCE = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.METADATA,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.JOIN_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.LIST_GROUPS,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.DESCRIBE_CLUSTER,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +83,13 @@ class ServerLimits:
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ServerLimits:
-        return cls(config.socket_request_max_bytes, config.queued_max_requests,
-                   config.queued_max_request_bytes_per_connection, config.queued_max_request_bytes,
-                   config.connections_max_idle_ms)
+        return cls(
+            config.socket_request_max_bytes,
+            config.queued_max_requests,
+            config.queued_max_request_bytes_per_connection,
+            config.queued_max_request_bytes,
+            config.connections_max_idle_ms,
+        )
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -301,8 +311,9 @@ class KafkaServer:
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: KafkaConnection(self), host, port,
-                                                reuse_address=True, backlog=1024)
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self), host, port, reuse_address=True, backlog=1024
+        )
         self._reaper = loop.create_task(self._reap_idle())
 
     @property

@@ -19,6 +19,7 @@ from .protocol.errors import ApiError, ErrorCode
 
 class ConfigType(IntEnum):
     """DescribeConfigs v3+ `config_type`."""
+
     BOOLEAN = 1
     STRING = 2
     INT = 3
@@ -28,6 +29,7 @@ class ConfigType(IntEnum):
 
 class ConfigSource(IntEnum):
     """DescribeConfigs `config_source`."""
+
     TOPIC_CONFIG = 1
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
@@ -51,6 +53,7 @@ def _integer(low: int, high: int = LONG_MAX) -> Callable[[str], int]:
         if not low <= value <= high:
             raise ValueError(f"Value must be at least {low}" + ("" if high == LONG_MAX else f" and at most {high}"))
         return value
+
     return parse
 
 
@@ -69,48 +72,126 @@ def _one_of(*allowed: str, unsupported: Mapping[str, str] | None = None) -> Call
         if value not in allowed:
             raise ValueError(f"String must be one of: {', '.join(allowed)}")
         return value
+
     return parse
 
 
 _INT_MAX = 2147483647
 DISKLESS_ENABLE = "diskless.enable"
 _NOT_YET = "compacted topics are not supported yet (cleanup.policy=delete only)"
-TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
-    TopicConfigDef("cleanup.policy", "log.cleanup.policy", ConfigType.LIST,
-                   _one_of("delete", unsupported={"compact": _NOT_YET, "compact,delete": _NOT_YET,
-                                                  "delete,compact": _NOT_YET}),
-                   "Retention policy for old segments; only delete is supported."),
-    TopicConfigDef("retention.ms", "log.retention.ms", ConfigType.LONG, _integer(-1),
-                   "Delete segments whose newest record is older than this; -1 keeps forever."),
-    TopicConfigDef("retention.bytes", "log.retention.bytes", ConfigType.LONG, _integer(-1),
-                   "Delete the oldest segments while a partition is larger than this; -1 = no limit."),
-    TopicConfigDef("segment.bytes", "log.segment.bytes", ConfigType.INT, _integer(14, _INT_MAX),
-                   "Roll the active segment when it reaches this size."),
-    TopicConfigDef("segment.ms", "log.roll.ms", ConfigType.LONG, _integer(1),
-                   "Roll the active segment after this long even if it is not full."),
-    TopicConfigDef("segment.index.bytes", "log.index.size.max.bytes", ConfigType.INT, _integer(4, _INT_MAX),
-                   "Maximum size of a segment's offset index; a full index rolls the segment."),
-    TopicConfigDef("index.interval.bytes", "log.index.interval.bytes", ConfigType.INT, _integer(0, _INT_MAX),
-                   "Bytes of log between two offset-index entries."),
-    TopicConfigDef("max.message.bytes", "message.max.bytes", ConfigType.INT, _integer(0, _INT_MAX),
-                   "Largest record batch the broker accepts for this topic (MESSAGE_TOO_LARGE above)."),
-    TopicConfigDef("min.insync.replicas", "min.insync.replicas", ConfigType.INT, _integer(1, _INT_MAX),
-                   "Replicas that must be in sync for an acks=all produce (NOT_ENOUGH_REPLICAS below)."),
-    TopicConfigDef("message.timestamp.type", "log.message.timestamp.type", ConfigType.STRING,
-                   _one_of("CreateTime", "LogAppendTime"),
-                   "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's time."),
-    TopicConfigDef("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", ConfigType.LONG,
-                   _integer(0), "How far in the past a CreateTime timestamp may be (INVALID_TIMESTAMP beyond)."),
-    TopicConfigDef("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", ConfigType.LONG,
-                   _integer(0), "How far in the future a CreateTime timestamp may be (INVALID_TIMESTAMP beyond)."),
-    TopicConfigDef("flush.messages", "log.flush.interval.messages", ConfigType.LONG, _integer(1),
-                   "fsync after this many messages; the default leaves durability to replication."),
-    TopicConfigDef("flush.ms", "log.flush.interval.ms", ConfigType.LONG, _integer(0),
-                   "fsync when the oldest unflushed message is this old."),
-    TopicConfigDef(DISKLESS_ENABLE, "diskless.default", ConfigType.BOOLEAN, _boolean,
-                   "Record bytes go to shared WAL objects in the object store; the partition log keeps "
-                   "batch headers and coordinates. Set at creation."),
-)}
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in (
+        TopicConfigDef(
+            "cleanup.policy",
+            "log.cleanup.policy",
+            ConfigType.LIST,
+            _one_of(
+                "delete", unsupported={"compact": _NOT_YET, "compact,delete": _NOT_YET, "delete,compact": _NOT_YET}
+            ),
+            "Retention policy for old segments; only delete is supported.",
+        ),
+        TopicConfigDef(
+            "retention.ms",
+            "log.retention.ms",
+            ConfigType.LONG,
+            _integer(-1),
+            "Delete segments whose newest record is older than this; -1 keeps forever.",
+        ),
+        TopicConfigDef(
+            "retention.bytes",
+            "log.retention.bytes",
+            ConfigType.LONG,
+            _integer(-1),
+            "Delete the oldest segments while a partition is larger than this; -1 = no limit.",
+        ),
+        TopicConfigDef(
+            "segment.bytes",
+            "log.segment.bytes",
+            ConfigType.INT,
+            _integer(14, _INT_MAX),
+            "Roll the active segment when it reaches this size.",
+        ),
+        TopicConfigDef(
+            "segment.ms",
+            "log.roll.ms",
+            ConfigType.LONG,
+            _integer(1),
+            "Roll the active segment after this long even if it is not full.",
+        ),
+        TopicConfigDef(
+            "segment.index.bytes",
+            "log.index.size.max.bytes",
+            ConfigType.INT,
+            _integer(4, _INT_MAX),
+            "Maximum size of a segment's offset index; a full index rolls the segment.",
+        ),
+        TopicConfigDef(
+            "index.interval.bytes",
+            "log.index.interval.bytes",
+            ConfigType.INT,
+            _integer(0, _INT_MAX),
+            "Bytes of log between two offset-index entries.",
+        ),
+        TopicConfigDef(
+            "max.message.bytes",
+            "message.max.bytes",
+            ConfigType.INT,
+            _integer(0, _INT_MAX),
+            "Largest record batch the broker accepts for this topic (MESSAGE_TOO_LARGE above).",
+        ),
+        TopicConfigDef(
+            "min.insync.replicas",
+            "min.insync.replicas",
+            ConfigType.INT,
+            _integer(1, _INT_MAX),
+            "Replicas that must be in sync for an acks=all produce (NOT_ENOUGH_REPLICAS below).",
+        ),
+        TopicConfigDef(
+            "message.timestamp.type",
+            "log.message.timestamp.type",
+            ConfigType.STRING,
+            _one_of("CreateTime", "LogAppendTime"),
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's time.",
+        ),
+        TopicConfigDef(
+            "message.timestamp.before.max.ms",
+            "log.message.timestamp.before.max.ms",
+            ConfigType.LONG,
+            _integer(0),
+            "How far in the past a CreateTime timestamp may be (INVALID_TIMESTAMP beyond).",
+        ),
+        TopicConfigDef(
+            "message.timestamp.after.max.ms",
+            "log.message.timestamp.after.max.ms",
+            ConfigType.LONG,
+            _integer(0),
+            "How far in the future a CreateTime timestamp may be (INVALID_TIMESTAMP beyond).",
+        ),
+        TopicConfigDef(
+            "flush.messages",
+            "log.flush.interval.messages",
+            ConfigType.LONG,
+            _integer(1),
+            "fsync after this many messages; the default leaves durability to replication.",
+        ),
+        TopicConfigDef(
+            "flush.ms",
+            "log.flush.interval.ms",
+            ConfigType.LONG,
+            _integer(0),
+            "fsync when the oldest unflushed message is this old.",
+        ),
+        TopicConfigDef(
+            DISKLESS_ENABLE,
+            "diskless.default",
+            ConfigType.BOOLEAN,
+            _boolean,
+            "Record bytes go to shared WAL objects in the object store; the partition log keeps "
+            "batch headers and coordinates. Set at creation.",
+        ),
+    )
+}
 
 
 def validate_overrides(overrides: Mapping[str, str | None]) -> dict[str, str]:
@@ -125,8 +206,7 @@ def validate_overrides(overrides: Mapping[str, str | None]) -> dict[str, str]:
         try:
             parsed = definition.parse(value)
         except ValueError as exc:
-            raise ApiError(ErrorCode.INVALID_CONFIG,
-                           f"Invalid value {value} for configuration {name}: {exc}") from None
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {exc}") from None
         clean[name] = str(parsed)
     return clean
 
@@ -167,6 +247,7 @@ def describe(overrides: Mapping[str, str], broker: BrokerConfig) -> list[ConfigE
 @dataclass(frozen=True, slots=True)
 class TopicSettings:
     """Effective, typed topic configuration used by the produce path and the log."""
+
     max_message_bytes: int
     min_insync_replicas: int
     log_append_time: bool
@@ -187,9 +268,12 @@ def effective(overrides: Mapping[str, str], broker: BrokerConfig) -> TopicSettin
         timestamp_before_max_ms=number("message.timestamp.before.max.ms"),
         timestamp_after_max_ms=number("message.timestamp.after.max.ms"),
         log=LogConfig(
-            segment_bytes=number("segment.bytes"), segment_ms=number("segment.ms"),
-            retention_ms=number("retention.ms"), retention_bytes=number("retention.bytes"),
-            flush_messages=number("flush.messages"), flush_ms=number("flush.ms"),
+            segment_bytes=number("segment.bytes"),
+            segment_ms=number("segment.ms"),
+            retention_ms=number("retention.ms"),
+            retention_bytes=number("retention.bytes"),
+            flush_messages=number("flush.messages"),
+            flush_ms=number("flush.ms"),
             index_interval_bytes=number("index.interval.bytes"),
             segment_index_bytes=number("segment.index.bytes"),
             size_by_batch_bytes=values[DISKLESS_ENABLE] == "true",

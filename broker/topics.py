@@ -28,14 +28,18 @@ def check_topic_name(name: str | None) -> str:
     if not name:
         raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_NAME:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                       f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters")
+        raise ApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters",
+        )
     if not _LEGAL.match(name):
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                       f"Topic name \"{name}\" is illegal, it contains a character other than "
-                       "ASCII alphanumerics, '.', '_' and '-'")
+        raise ApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
     return name
 
 
@@ -94,8 +98,10 @@ class TopicCatalog:
         if partitions == -1:
             partitions = self.broker.num_partitions
         if not 1 <= partitions <= MAX_PARTITIONS:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS,
-                           f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.")
+            raise ApiError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.",
+            )
         overrides = validate_overrides(configs)
         settings = effective(overrides, self.broker)
         # The mode is fixed at creation: a later change of diskless.default must not flip it.
@@ -107,8 +113,9 @@ class TopicCatalog:
         visible only once every partition has a state. States are keyed by topic id, so a
         creation that loses a race leaves nothing but its own keys, which it deletes."""
         written = await self._write_states(topic, assignment)
-        record = records.TopicRecord(records.RECORD_VERSION, topic.name, str(topic.topic_id),
-                                     topic.partitions, topic.configs, topic.internal)
+        record = records.TopicRecord(
+            records.RECORD_VERSION, topic.name, str(topic.topic_id), topic.partitions, topic.configs, topic.internal
+        )
         try:
             await self.store.put(records.topic_key(topic.name), records.encode(record), expected_revision=0)
         except RevisionConflict:
@@ -130,8 +137,12 @@ class TopicCatalog:
         """A topic record seen in the store (maybe written by another broker)."""
         topic = self._from_record(record)
         known = self._by_name.get(topic.name)
-        if known is not None and (known.topic_id, known.partitions, known.configs, known.internal) == \
-                (topic.topic_id, topic.partitions, topic.configs, topic.internal):
+        if known is not None and (known.topic_id, known.partitions, known.configs, known.internal) == (
+            topic.topic_id,
+            topic.partitions,
+            topic.configs,
+            topic.internal,
+        ):
             return
         if known is not None and known.topic_id != topic.topic_id:
             await self.apply_delete(known.name)  # deleted and created again meanwhile
@@ -146,20 +157,23 @@ class TopicCatalog:
         await self._notify(name, None)
 
     async def _write_states(self, topic: Topic, assignment: Assignment) -> list[KeyValue]:
-        states = {records.partition_key(str(topic.topic_id), index): records.encode(records.PartitionStateRecord(
-                      records.RECORD_VERSION, list(replicas), replicas[0], 0, list(replicas)))
-                  for index, replicas in sorted(assignment.items())}
+        states = {
+            records.partition_key(str(topic.topic_id), index): records.encode(
+                records.PartitionStateRecord(records.RECORD_VERSION, list(replicas), replicas[0], 0, list(replicas))
+            )
+            for index, replicas in sorted(assignment.items())
+        }
         written: list[KeyValue] = []
         items = list(states.items())
         for start in range(0, len(items), STATE_WRITE_CHUNK):
-            chunk = dict(items[start:start + STATE_WRITE_CHUNK])
+            chunk = dict(items[start : start + STATE_WRITE_CHUNK])
             revision = await self.store.txn({}, puts=chunk)
             written.extend(KeyValue(key, value, revision) for key, value in chunk.items())
         return written
 
     async def _delete_keys(self, keys: list[str]) -> None:
         for start in range(0, len(keys), STATE_WRITE_CHUNK):
-            await self.store.txn({}, deletes=keys[start:start + STATE_WRITE_CHUNK])
+            await self.store.txn({}, deletes=keys[start : start + STATE_WRITE_CHUNK])
 
     async def _announce(self, written: list[KeyValue]) -> None:
         if self.on_states_written is not None and written:
@@ -168,9 +182,11 @@ class TopicCatalog:
     def check_new_partition_count(self, name: str, count: int) -> Topic:
         topic = self._require(name)
         if count <= topic.partitions:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS,
-                           f"Topic currently has {topic.partitions} partitions, which is higher than or "
-                           f"equal to the requested {count}.")
+            raise ApiError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {topic.partitions} partitions, which is higher than or "
+                f"equal to the requested {count}.",
+            )
         if count > MAX_PARTITIONS:
             raise ApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions per topic.")
         return topic
@@ -193,25 +209,39 @@ class TopicCatalog:
         clean = validate_overrides(overrides)
         clean.setdefault(DISKLESS_ENABLE, topic.configs[DISKLESS_ENABLE])
         if clean[DISKLESS_ENABLE] != topic.configs[DISKLESS_ENABLE]:
-            raise ApiError(ErrorCode.INVALID_CONFIG,
-                           f"{DISKLESS_ENABLE} is set when a topic is created; switching the mode of "
-                           f"topic {name} online is not supported yet")
+            raise ApiError(
+                ErrorCode.INVALID_CONFIG,
+                f"{DISKLESS_ENABLE} is set when a topic is created; switching the mode of "
+                f"topic {name} online is not supported yet",
+            )
         return clean
 
     def _require(self, name: str) -> Topic:
         topic = self._by_name.get(name)
         if topic is None:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                           f"This server does not host this topic: {name}")
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic: {name}")
         return topic
 
-    async def _update(self, topic: Topic, partitions: int | None = None,
-                      configs: dict[str, str] | None = None) -> Topic:
+    async def _update(
+        self, topic: Topic, partitions: int | None = None, configs: dict[str, str] | None = None
+    ) -> Topic:
         configs = topic.configs if configs is None else configs
-        updated = Topic(topic.name, topic.topic_id, partitions or topic.partitions, configs,
-                        effective(configs, self.broker), topic.internal)
-        record = records.TopicRecord(records.RECORD_VERSION, updated.name, str(updated.topic_id),
-                                     updated.partitions, updated.configs, updated.internal)
+        updated = Topic(
+            topic.name,
+            topic.topic_id,
+            partitions or topic.partitions,
+            configs,
+            effective(configs, self.broker),
+            topic.internal,
+        )
+        record = records.TopicRecord(
+            records.RECORD_VERSION,
+            updated.name,
+            str(updated.topic_id),
+            updated.partitions,
+            updated.configs,
+            updated.internal,
+        )
         await self.store.put(records.topic_key(topic.name), records.encode(record))
         self._cache(updated)
         await self._notify(updated.name, updated)
@@ -220,8 +250,14 @@ class TopicCatalog:
     def _from_record(self, record: records.TopicRecord) -> Topic:
         configs = dict(record.configs)
         configs.setdefault(DISKLESS_ENABLE, "false")  # written before diskless topics existed: classic
-        return Topic(record.name, uuid.UUID(record.topic_id), record.partitions, configs,
-                     effective(configs, self.broker), record.internal)
+        return Topic(
+            record.name,
+            uuid.UUID(record.topic_id),
+            record.partitions,
+            configs,
+            effective(configs, self.broker),
+            record.internal,
+        )
 
     def _cache(self, topic: Topic) -> None:
         self._by_name[topic.name] = topic

@@ -32,8 +32,10 @@ def require_etcd_binary() -> str:
 def main(argv: list[str]) -> int:
     base = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="shoal-etcd-"))
     server = start_etcd(base)
-    print(f"etcd {server.endpoint} (pid {server.pid}, data {server.data_dir}); "
-          f"metadata URL: {server.url('shoal')}", flush=True)
+    print(
+        f"etcd {server.endpoint} (pid {server.pid}, data {server.data_dir}); metadata URL: {server.url('shoal')}",
+        flush=True,
+    )
     try:
         # Blocked only now: etcd must not inherit a mask that blocks SIGTERM.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

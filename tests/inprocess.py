@@ -73,15 +73,24 @@ class InProcessBroker:
     and the broker refuses timestamps too far from its own. `seed` seeds the broker's random
     source (cluster and topic ids, placement)."""
 
-    def __init__(self, data_dir: Path, settings: Mapping[str, str | None] | None = None, *, seed: int = 0,
-                 start_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        settings: Mapping[str, str | None] | None = None,
+        *,
+        seed: int = 0,
+        start_ms: int | None = None,
+    ) -> None:
         self.clock = ManualClock(time.time_ns() // 1_000_000 if start_ms is None else start_ms)
         self.objects = MemoryObjectStore(clock=self.clock)
-        config = load_config(environ={}, overrides={**HARNESS_SETTINGS, "data.dir": str(data_dir),
-                                                    **(settings or {})})
-        env = Environment(clock=self.clock, random=random.Random(seed),
-                          metadata=LocalMetadataStore(config.data_path / "metadata" / "store.json", self.clock),
-                          objects=self.objects, peers=TcpPeers(None, PeerRequest, PeerResponse))
+        config = load_config(environ={}, overrides={**HARNESS_SETTINGS, "data.dir": str(data_dir), **(settings or {})})
+        env = Environment(
+            clock=self.clock,
+            random=random.Random(seed),
+            metadata=LocalMetadataStore(config.data_path / "metadata" / "store.json", self.clock),
+            objects=self.objects,
+            peers=TcpPeers(None, PeerRequest, PeerResponse),
+        )
         self.broker = Broker(config, env=env)
 
     async def __aenter__(self) -> "InProcessBroker":
@@ -127,8 +136,9 @@ class InProcessClient:
     async def api_versions(self) -> dict[int, tuple[int, int]]:
         """What the broker advertises: {api_key: (min_version, max_version)}."""
         if self._versions is None:
-            response = await self.request(ApiVersionsRequest(client_software_name="inprocess",
-                                                             client_software_version="1"), 3)
+            response = await self.request(
+                ApiVersionsRequest(client_software_name="inprocess", client_software_version="1"), 3
+            )
             assert response.error_code == 0, response.error_code
             self._versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
         return self._versions
@@ -145,31 +155,72 @@ class InProcessClient:
     async def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> int:
         """CreateTopics of one topic (replication factor 1); its error code."""
         topic = CreateTopicsRequest.CreatableTopic
-        request = CreateTopicsRequest(topics=[topic(
-            name=name, num_partitions=partitions, replication_factor=1, assignments=[],
-            configs=[topic.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
-            timeout_ms=10_000, validate_only=False)
+        request = CreateTopicsRequest(
+            topics=[
+                topic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    assignments=[],
+                    configs=[topic.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+                )
+            ],
+            timeout_ms=10_000,
+            validate_only=False,
+        )
         response = await self.request(request, await self.version(CreateTopicsRequest, cap=5))
         return int(response.topics[0].error_code)
 
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1) -> tuple[int, int]:
         """One Produce of `records` to a partition, by name; its (error_code, base_offset)."""
         data = ProduceRequest.TopicProduceData
-        request = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10_000, topic_data=[
-            data(name=topic, partition_data=[data.PartitionProduceData(index=partition, records=records)])])
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=10_000,
+            topic_data=[data(name=topic, partition_data=[data.PartitionProduceData(index=partition, records=records)])],
+        )
         response = await self.request(request, await self.version(ProduceRequest, cap=12))  # v13+: by id
         answer = response.responses[0].partition_responses[0]
         return answer.error_code, answer.base_offset
 
-    async def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int = 0, min_bytes: int = 1,
-                    max_bytes: int = 50 << 20) -> Any:
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+        max_bytes: int = 50 << 20,
+    ) -> Any:
         """One Fetch of a partition, by name; the partition's response data."""
         wanted = FetchRequest.FetchTopic
-        request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-                               isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
-                               rack_id="", topics=[wanted(topic=topic, partitions=[wanted.FetchPartition(
-                                   partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                                   log_start_offset=-1, partition_max_bytes=max_bytes)])])
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            rack_id="",
+            topics=[
+                wanted(
+                    topic=topic,
+                    partitions=[
+                        wanted.FetchPartition(
+                            partition=partition,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            log_start_offset=-1,
+                            partition_max_bytes=max_bytes,
+                        )
+                    ],
+                )
+            ],
+        )
         response = await self.request(request, await self.version(FetchRequest, cap=12))  # v13+: by id
         assert response.error_code == 0, f"Fetch top-level error {response.error_code}"
         return response.responses[0].partitions[0]

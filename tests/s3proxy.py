@@ -81,31 +81,55 @@ CONTROL_PREFIX = "/__s3proxy/"
 MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_MAX_BODY_MB = 256
 MAX_CLIENT_CONNECTIONS = 512
-UPSTREAM_POOL_SIZE = 32          # idle keep-alive connections kept to the upstream
-CLIENT_IDLE_TIMEOUT_S = 120.0    # a kept-alive client connection with no request is closed
-BODY_TIMEOUT_S = 60.0            # to receive one request body
-UPSTREAM_TIMEOUT_S = 60.0        # for the upstream to answer one request
-STREAM_LIMIT = 1 << 20           # StreamReader buffer: fewer pause/resume cycles on 8 MiB bodies
+UPSTREAM_POOL_SIZE = 32  # idle keep-alive connections kept to the upstream
+CLIENT_IDLE_TIMEOUT_S = 120.0  # a kept-alive client connection with no request is closed
+BODY_TIMEOUT_S = 60.0  # to receive one request body
+UPSTREAM_TIMEOUT_S = 60.0  # for the upstream to answer one request
+STREAM_LIMIT = 1 << 20  # StreamReader buffer: fewer pause/resume cycles on 8 MiB bodies
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
 
-_SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-              b"<Message>Please reduce your request rate. (injected by tests/s3proxy.py)</Message>"
-              b"</Error>")
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "expect", "te", "trailer",
-                         "transfer-encoding", "upgrade", "content-length"})
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Payload Too Large",
-            431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable"}
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate. (injected by tests/s3proxy.py)</Message>"
+    b"</Error>"
+)
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "expect",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+    }
+)
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    413: "Payload Too Large",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 
 
 # -- settings and counters -------------------------------------------------------------------
 
+
 def parse_delays(spec: str | Mapping[str, float] | None) -> dict[str, float]:
-    """"put=20,get=10" or {"put": 20} -> {"PUT": 20.0, "GET": 10.0} (milliseconds)."""
+    """ "put=20,get=10" or {"put": 20} -> {"PUT": 20.0, "GET": 10.0} (milliseconds)."""
     if not spec:
         return {}
-    items = spec.items() if isinstance(spec, Mapping) else (
-        part.split("=", 1) if "=" in part else (part, "") for part in spec.split(",") if part.strip())
+    items = (
+        spec.items()
+        if isinstance(spec, Mapping)
+        else (part.split("=", 1) if "=" in part else (part, "") for part in spec.split(",") if part.strip())
+    )
     out: dict[str, float] = {}
     for method, value in items:
         name = str(method).strip().upper()
@@ -143,8 +167,12 @@ class Settings:
     fail_methods: frozenset[str] = frozenset(METHODS)
 
     def as_json(self) -> dict:
-        return {"delay_ms": dict(self.delay_ms), "fail_fraction": self.fail_fraction,
-                "lose_fraction": self.lose_fraction, "fail_methods": sorted(self.fail_methods)}
+        return {
+            "delay_ms": dict(self.delay_ms),
+            "fail_fraction": self.fail_fraction,
+            "lose_fraction": self.lose_fraction,
+            "fail_methods": sorted(self.fail_methods),
+        }
 
     def update(self, query: Mapping[str, str]) -> None:
         """Apply a /__s3proxy/config query; all or nothing."""
@@ -153,10 +181,8 @@ class Settings:
         if unknown:
             raise ValueError(f"unknown settings {sorted(unknown)} (known: {sorted(known)})")
         delay = parse_delays(query["delay_ms"]) if "delay_ms" in query else self.delay_ms
-        fail = _fraction(query["fail_fraction"], "fail_fraction") if "fail_fraction" in query \
-            else self.fail_fraction
-        lose = _fraction(query["lose_fraction"], "lose_fraction") if "lose_fraction" in query \
-            else self.lose_fraction
+        fail = _fraction(query["fail_fraction"], "fail_fraction") if "fail_fraction" in query else self.fail_fraction
+        lose = _fraction(query["lose_fraction"], "lose_fraction") if "lose_fraction" in query else self.lose_fraction
         methods = parse_methods(query["fail_methods"]) if "fail_methods" in query else self.fail_methods
         self.delay_ms, self.fail_fraction, self.lose_fraction, self.fail_methods = delay, fail, lose, methods
 
@@ -166,6 +192,7 @@ class Stats:
     """Per-method counters: `requests` received, `forwarded` and answered by the upstream,
     `failed` (503 injected, not forwarded), `lost` (forwarded, answer dropped), plus upstream
     errors (answered 502), bytes relayed and connection counts."""
+
     requests: dict[str, int] = field(default_factory=dict)
     forwarded: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
@@ -183,11 +210,11 @@ class Stats:
         counter[method] = counter.get(method, 0) + 1
 
     def as_json(self) -> dict:
-        return {name: (dict(value) if isinstance(value, dict) else value)
-                for name, value in vars(self).items()}
+        return {name: (dict(value) if isinstance(value, dict) else value) for name, value in vars(self).items()}
 
 
 # -- HTTP plumbing ---------------------------------------------------------------------------
+
 
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str):
@@ -238,7 +265,7 @@ async def _read_chunked(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
         except ValueError:
             raise _BadRequest(400, "malformed chunk size") from None
         if size == 0:
-            for _ in range(100):                       # trailers, bounded
+            for _ in range(100):  # trailers, bounded
                 if await reader.readuntil(b"\r\n") == b"\r\n":
                     return b"".join(parts)
             raise _BadRequest(400, "too many trailer lines")
@@ -271,7 +298,7 @@ class _Answer:
     status_line: bytes
     headers: list[tuple[str, str]]
     body: bytes
-    body_framed: bool          # False: no body by definition (HEAD, 204, 304): relay headers as is
+    body_framed: bool  # False: no body by definition (HEAD, 204, 304): relay headers as is
 
 
 class _Upstream:
@@ -283,8 +310,14 @@ class _Upstream:
 
 
 class S3Proxy:
-    def __init__(self, upstream: tuple[str, int], settings: Settings, *, seed: int = 0,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_MB << 20):
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        settings: Settings,
+        *,
+        seed: int = 0,
+        max_body_bytes: int = DEFAULT_MAX_BODY_MB << 20,
+    ):
         self.upstream = upstream
         self.settings = settings
         self.stats = Stats()
@@ -296,8 +329,7 @@ class S3Proxy:
         self.port = 0
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve_client, "127.0.0.1", 0, limit=STREAM_LIMIT,
-                                                  backlog=256)
+        self._server = await asyncio.start_server(self._serve_client, "127.0.0.1", 0, limit=STREAM_LIMIT, backlog=256)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -326,7 +358,7 @@ class S3Proxy:
                 try:
                     head = await asyncio.wait_for(_read_head(reader), CLIENT_IDLE_TIMEOUT_S)
                 except asyncio.IncompleteReadError:
-                    return                                  # client closed between requests
+                    return  # client closed between requests
                 if not await self._serve_request(head, reader, writer):
                     return
         except _BadRequest as exc:
@@ -372,15 +404,28 @@ class S3Proxy:
         faultable = method in settings.fail_methods
         if faultable and settings.fail_fraction and self._rng.random() < settings.fail_fraction:
             stats.bump(stats.failed, method)
-            self._write_simple(writer, 503, _SLOW_DOWN, keep_alive, content_type="application/xml",
-                               extra=(("x-amz-request-id", "S3PROXYINJECTED"),))
+            self._write_simple(
+                writer,
+                503,
+                _SLOW_DOWN,
+                keep_alive,
+                content_type="application/xml",
+                extra=(("x-amz-request-id", "S3PROXYINJECTED"),),
+            )
             await writer.drain()
             return keep_alive
         lose = faultable and settings.lose_fraction and self._rng.random() < settings.lose_fraction
         try:
             answer = await self._forward(method, target, headers, body)
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, asyncio.LimitOverrunError,
-                _StaleUpstream, _BadRequest, ValueError) as exc:
+        except (
+            OSError,
+            asyncio.IncompleteReadError,
+            asyncio.TimeoutError,
+            asyncio.LimitOverrunError,
+            _StaleUpstream,
+            _BadRequest,
+            ValueError,
+        ) as exc:
             stats.upstream_errors += 1
             message = f"<Error><Code>BadGateway</Code><Message>s3proxy upstream: {type(exc).__name__}</Message></Error>"
             self._write_simple(writer, 502, message.encode(), False, content_type="application/xml")
@@ -389,7 +434,7 @@ class S3Proxy:
         stats.bump(stats.forwarded, method)
         if lose:
             stats.bump(stats.lost, method)
-            writer.transport.abort()                      # the upstream did it; the client never hears
+            writer.transport.abort()  # the upstream did it; the client never hears
             return False
         out = [answer.status_line]
         out += [f"{k}: {v}".encode("latin-1") for k, v in answer.headers if k.lower() not in _HOP_BY_HOP]
@@ -397,7 +442,7 @@ class S3Proxy:
             out.append(b"Content-Length: %d" % len(answer.body))
         else:
             length = _header(answer.headers, "content-length")
-            if length is not None:                         # HEAD: the object's size, no body
+            if length is not None:  # HEAD: the object's size, no body
                 out.append(f"Content-Length: {length}".encode("latin-1"))
         if not keep_alive:
             out.append(b"Connection: close")
@@ -408,10 +453,20 @@ class S3Proxy:
         await writer.drain()
         return keep_alive
 
-    def _write_simple(self, writer: asyncio.StreamWriter, status: int, body: bytes, keep_alive: bool,
-                      content_type: str = "text/plain", extra: tuple[tuple[str, str], ...] = ()) -> None:
-        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {content_type}",
-                f"Content-Length: {len(body)}"]
+    def _write_simple(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        keep_alive: bool,
+        content_type: str = "text/plain",
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        head = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+        ]
         head += [f"{k}: {v}" for k, v in extra]
         if not keep_alive:
             head.append("Connection: close")
@@ -419,10 +474,11 @@ class S3Proxy:
 
     def _control(self, method: str, target: str) -> tuple[int, bytes]:
         parts = urllib.parse.urlsplit(target)
-        action = parts.path[len(CONTROL_PREFIX):]
+        action = parts.path[len(CONTROL_PREFIX) :]
         if action == "stats" and method == "GET":
-            return 200, json.dumps({**self.stats.as_json(), "settings": self.settings.as_json(),
-                                    "pid": os.getpid()}).encode()
+            return 200, json.dumps(
+                {**self.stats.as_json(), "settings": self.settings.as_json(), "pid": os.getpid()}
+            ).encode()
         if action == "config" and method == "POST":
             query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
             try:
@@ -435,7 +491,8 @@ class S3Proxy:
     # -- upstream side -------------------------------------------------------------------------
     async def _connect(self) -> _Upstream:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(*self.upstream, limit=STREAM_LIMIT), UPSTREAM_TIMEOUT_S)
+            asyncio.open_connection(*self.upstream, limit=STREAM_LIMIT), UPSTREAM_TIMEOUT_S
+        )
         with contextlib.suppress(OSError):
             writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.stats.upstream_connects += 1
@@ -461,7 +518,7 @@ class S3Proxy:
             except (_StaleUpstream, ConnectionError):
                 conn.close()
                 if pooled is not None and attempt == 0:
-                    continue                               # a stale pooled connection: once more, fresh
+                    continue  # a stale pooled connection: once more, fresh
                 raise
             except BaseException:
                 conn.close()
@@ -491,10 +548,12 @@ class S3Proxy:
         status_line = lines[0].encode("latin-1")
         if method == "HEAD" or 100 <= status < 200 or status in (204, 304):
             return _Answer(status_line, headers, b"", False), keep
-        if "chunked" in (_header(headers, "transfer-encoding") or "").lower() \
-                or _header(headers, "content-length") is not None:
+        if (
+            "chunked" in (_header(headers, "transfer-encoding") or "").lower()
+            or _header(headers, "content-length") is not None
+        ):
             return _Answer(status_line, headers, await _read_body(reader, headers, self.max_body_bytes), True), keep
-        chunks, total = [], 0                              # delimited by the upstream closing
+        chunks, total = [], 0  # delimited by the upstream closing
         while chunk := await reader.read(1 << 20):
             total += len(chunk)
             if total > self.max_body_bytes:
@@ -504,6 +563,7 @@ class S3Proxy:
 
 
 # -- process entry point ---------------------------------------------------------------------
+
 
 def _loopback_host_port(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
@@ -533,10 +593,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    settings = Settings(delay_ms=parse_delays(args.delay_ms),
-                        fail_fraction=_fraction(args.fail_fraction, "--fail-fraction"),
-                        lose_fraction=_fraction(args.lose_fraction, "--lose-fraction"),
-                        fail_methods=parse_methods(args.fail_methods))
+    settings = Settings(
+        delay_ms=parse_delays(args.delay_ms),
+        fail_fraction=_fraction(args.fail_fraction, "--fail-fraction"),
+        lose_fraction=_fraction(args.lose_fraction, "--lose-fraction"),
+        fail_methods=parse_methods(args.fail_methods),
+    )
     proxy = S3Proxy(args.upstream, settings, seed=args.seed, max_body_bytes=args.max_body_mb << 20)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -547,8 +609,12 @@ async def _main(args: argparse.Namespace) -> None:
     with open(tmp, "w") as fh:
         fh.write(f"{port}\n")
     os.replace(tmp, args.port_file)
-    print(f"s3proxy: listening on 127.0.0.1:{port}, upstream {args.upstream[0]}:{args.upstream[1]}, "
-          f"settings {json.dumps(settings.as_json())}", file=sys.stderr, flush=True)
+    print(
+        f"s3proxy: listening on 127.0.0.1:{port}, upstream {args.upstream[0]}:{args.upstream[1]}, "
+        f"settings {json.dumps(settings.as_json())}",
+        file=sys.stderr,
+        flush=True,
+    )
     while not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
@@ -563,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         import uvloop
+
         uvloop.run(_main(args))
     except ImportError:
         asyncio.run(_main(args))
@@ -571,31 +638,58 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- launcher (tests, benchmarks) ------------------------------------------------------------
 
+
 def _delay_spec(delay_ms: str | Mapping[str, float] | None) -> str:
     return ",".join(f"{m.lower()}={v:g}" for m, v in parse_delays(delay_ms).items())
 
 
 @contextlib.contextmanager
-def running_s3proxy(upstream_port: int, *, delay_ms: str | Mapping[str, float] | None = None,
-                    fail_fraction: float = 0.0, lose_fraction: float = 0.0,
-                    fail_methods: str | None = None, seed: int = 0,
-                    log_path: str | os.PathLike[str] | None = None, upstream_host: str = "127.0.0.1",
-                    start_timeout_s: float = START_TIMEOUT_S) -> Iterator[int]:
+def running_s3proxy(
+    upstream_port: int,
+    *,
+    delay_ms: str | Mapping[str, float] | None = None,
+    fail_fraction: float = 0.0,
+    lose_fraction: float = 0.0,
+    fail_methods: str | None = None,
+    seed: int = 0,
+    log_path: str | os.PathLike[str] | None = None,
+    upstream_host: str = "127.0.0.1",
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> Iterator[int]:
     """Run the proxy in front of 127.0.0.1:`upstream_port`; yields the port it listens on.
     Stops it by PID (SIGTERM, then SIGKILL) on exit."""
     tmpdir = tempfile.mkdtemp(prefix="s3proxy-")
     port_file = Path(tmpdir) / "port"
-    cmd = [sys.executable, "-m", "tests.s3proxy", "--upstream", f"{upstream_host}:{upstream_port}",
-           "--port-file", str(port_file), "--fail-fraction", str(fail_fraction),
-           "--lose-fraction", str(lose_fraction), "--seed", str(seed), "--parent-pid", str(os.getpid())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.s3proxy",
+        "--upstream",
+        f"{upstream_host}:{upstream_port}",
+        "--port-file",
+        str(port_file),
+        "--fail-fraction",
+        str(fail_fraction),
+        "--lose-fraction",
+        str(lose_fraction),
+        "--seed",
+        str(seed),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
     if delay_ms:
         cmd += ["--delay-ms", _delay_spec(delay_ms)]
     if fail_methods:
         cmd += ["--fail-methods", fail_methods]
     log = open(log_path, "ab") if log_path is not None else None
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL,
-                                stderr=log or subprocess.DEVNULL, cwd=REPO_ROOT)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log or subprocess.DEVNULL,
+            stderr=log or subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+        )
     finally:
         if log is not None:
             log.close()
@@ -604,8 +698,10 @@ def running_s3proxy(upstream_port: int, *, delay_ms: str | Mapping[str, float] |
         port = None
         while port is None:
             if proc.poll() is not None:
-                raise RuntimeError(f"s3proxy exited with code {proc.returncode} before listening"
-                                   + (f" (log: {log_path})" if log_path else ""))
+                raise RuntimeError(
+                    f"s3proxy exited with code {proc.returncode} before listening"
+                    + (f" (log: {log_path})" if log_path else "")
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"s3proxy did not write its port within {start_timeout_s:.0f}s")
             with contextlib.suppress(OSError, ValueError):
@@ -628,15 +724,22 @@ def running_s3proxy(upstream_port: int, *, delay_ms: str | Mapping[str, float] |
 
 
 def _control(port: int, path: str, method: str, timeout_s: float) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{CONTROL_PREFIX}{path}", method=method,
-                                     data=b"" if method == "POST" else None)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{CONTROL_PREFIX}{path}", method=method, data=b"" if method == "POST" else None
+    )
     with urllib.request.urlopen(request, timeout=timeout_s) as resp:
         return json.loads(resp.read())
 
 
-def configure_s3proxy(port: int, *, delay_ms: str | Mapping[str, float] | None = None,
-                      fail_fraction: float | None = None, lose_fraction: float | None = None,
-                      fail_methods: str | None = None, timeout_s: float = 5.0) -> dict:
+def configure_s3proxy(
+    port: int,
+    *,
+    delay_ms: str | Mapping[str, float] | None = None,
+    fail_fraction: float | None = None,
+    lose_fraction: float | None = None,
+    fail_methods: str | None = None,
+    timeout_s: float = 5.0,
+) -> dict:
     """Change a running proxy's settings (None keeps a setting; delay_ms={} clears delays);
     returns the settings now in force."""
     query: dict[str, str] = {}

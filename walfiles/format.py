@@ -233,16 +233,16 @@ def parse_footer(tail: bytes | bytearray | memoryview, object_size: int) -> Foot
         )
     if len(tail) < FOOTER_SIZE:
         raise TruncatedObjectError(f"tail of {len(tail)} bytes is shorter than the {FOOTER_SIZE}-byte footer")
-    view = memoryview(tail)[len(tail) - FOOTER_SIZE:]
+    view = memoryview(tail)[len(tail) - FOOTER_SIZE :]
     version, magic = _FOOTER_TRAILER.unpack_from(view, FOOTER_SIZE - TRAILER_SIZE)
     if magic != MAGIC:
         raise BadMagicError(
             f"no WAL footer: the last 4 bytes are {bytes(magic)!r}, not {MAGIC!r} "
             "(truncated object, or not a WAL object)"
         )
-    body = view[:_FOOTER_BODY.size]
+    body = view[: _FOOTER_BODY.size]
     (stored_crc,) = _FOOTER_CRC.unpack_from(view, _FOOTER_BODY.size)
-    crc = crc32c.crc32c(view[FOOTER_SIZE - TRAILER_SIZE:], crc32c.crc32c(body))
+    crc = crc32c.crc32c(view[FOOTER_SIZE - TRAILER_SIZE :], crc32c.crc32c(body))
     if version not in SUPPORTED_VERSIONS:
         # A newer format may lay its footer out differently, so its CRC cannot be checked here.
         raise UnsupportedVersionError(
@@ -342,7 +342,7 @@ def index_from_tail(tail: bytes | bytearray | memoryview, object_size: int) -> t
     if footer.index_offset < tail_start:
         return footer, None
     start = footer.index_offset - tail_start
-    view = memoryview(tail)[start:start + footer.index_length]
+    view = memoryview(tail)[start : start + footer.index_length]
     return footer, decode_index(view, footer)
 
 
@@ -451,7 +451,8 @@ class WalObjectBuilder:
         """The index as it would be written now."""
         keys = sorted(self._partitions, key=lambda k: (k[0].bytes, k[1]))
         return WalIndex(
-            INDEX_VERSION, [IndexPartition(t, p, list(self._partitions[(t, p)])) for t, p in keys],
+            INDEX_VERSION,
+            [IndexPartition(t, p, list(self._partitions[(t, p)])) for t, p in keys],
         )
 
     def buffers(self) -> list[Buffer]:
@@ -488,7 +489,9 @@ class CoalescedRange:
 
 
 def coalesce(
-    ranges: Sequence[tuple[int, int]], max_gap: int, max_bytes: int | None = None,
+    ranges: Sequence[tuple[int, int]],
+    max_gap: int,
+    max_bytes: int | None = None,
 ) -> list[CoalescedRange]:
     """Group half-open byte ranges [start, end) into as few GETs as possible.
 
@@ -524,7 +527,9 @@ def coalesce(
 
 
 def coalesce_coordinates(
-    coordinates: Iterable[BatchCoordinates], max_gap: int, max_bytes: int | None = None,
+    coordinates: Iterable[BatchCoordinates],
+    max_gap: int,
+    max_bytes: int | None = None,
 ) -> list[CoalescedRange]:
     """`coalesce` over batch coordinates (members are indices into `coordinates`)."""
     return coalesce([(c.offset, c.end) for c in coordinates], max_gap, max_bytes)

@@ -132,8 +132,13 @@ class TieredSegmentKey:
 
     def format(self) -> str:
         return format_tiered_segment_key(
-            self.prefix, self.cluster_id, self.topic_id, self.partition, self.base_offset,
-            self.segment_id, self.file,
+            self.prefix,
+            self.cluster_id,
+            self.topic_id,
+            self.partition,
+            self.base_offset,
+            self.segment_id,
+            self.file,
         )
 
 
@@ -259,7 +264,11 @@ class WalKeyAllocator:
     """
 
     def __init__(
-        self, prefix: str, cluster_id: str, node_id: int, now_ms: Callable[[], int],
+        self,
+        prefix: str,
+        cluster_id: str,
+        node_id: int,
+        now_ms: Callable[[], int],
         first_sequence: int,
     ) -> None:
         self._prefix = _check_prefix(prefix)
@@ -290,10 +299,16 @@ def tiered_partition_prefix(prefix: str, cluster_id: str, topic_id: uuid.UUID, p
     """The listing prefix of one partition's tiered segments (ends with '/')."""
     _check_uuid("topic_id", topic_id)
     _check_int("partition", partition, 0, MAX_PARTITION)
-    return _join(
-        _check_prefix(prefix), TIERED_DIR, _check_cluster_id(cluster_id), str(topic_id),
-        f"{partition:0{PARTITION_DIGITS}d}",
-    ) + "/"
+    return (
+        _join(
+            _check_prefix(prefix),
+            TIERED_DIR,
+            _check_cluster_id(cluster_id),
+            str(topic_id),
+            f"{partition:0{PARTITION_DIGITS}d}",
+        )
+        + "/"
+    )
 
 
 def format_tiered_segment_key(
@@ -341,5 +356,11 @@ def parse_tiered_segment_key(key: str) -> TieredSegmentKey:
     except ValueError as e:
         raise ValueError(f"malformed tiered-segment key {key!r}: {e}") from None
     return TieredSegmentKey(
-        prefix, cluster_id, uuid.UUID(topic), int(partition), base_offset, uuid.UUID(match.group(2)), file,
+        prefix,
+        cluster_id,
+        uuid.UUID(topic),
+        int(partition),
+        base_offset,
+        uuid.UUID(match.group(2)),
+        file,
     )

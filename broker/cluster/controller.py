@@ -36,9 +36,16 @@ log = logging.getLogger(__name__)
 
 
 class Controller:
-    def __init__(self, store: "MetadataStore", view: "ClusterView", catalog: "TopicCatalog",
-                 membership: "Membership", config: "BrokerConfig", clock: "Clock",
-                 rng: "Random") -> None:
+    def __init__(
+        self,
+        store: "MetadataStore",
+        view: "ClusterView",
+        catalog: "TopicCatalog",
+        membership: "Membership",
+        config: "BrokerConfig",
+        clock: "Clock",
+        rng: "Random",
+    ) -> None:
         self._store = store
         self._random = rng
         self._view = view
@@ -104,11 +111,13 @@ class Controller:
         lease = self._membership.lease
         if lease is None:
             return
-        record = records.ControllerRecord(records.RECORD_VERSION, self._config.node_id,
-                                          self._membership.record.incarnation)
+        record = records.ControllerRecord(
+            records.RECORD_VERSION, self._config.node_id, self._membership.record.incarnation
+        )
         try:
-            revision = await self._store.txn({records.CONTROLLER_KEY: 0},
-                                             puts={records.CONTROLLER_KEY: records.encode(record)}, lease=lease)
+            revision = await self._store.txn(
+                {records.CONTROLLER_KEY: 0}, puts={records.CONTROLLER_KEY: records.encode(record)}, lease=lease
+            )
         except RevisionConflict:
             return
         self.active = True
@@ -125,25 +134,37 @@ class Controller:
             new = elections.reconcile(state.record, live, unclean)
             if new is not None:
                 if new.leader != state.record.leader:
-                    log.info("partition %s/%d: leader %d -> %d (epoch %d), isr %s", *pid, state.record.leader,
-                             new.leader, new.leader_epoch, new.isr)
+                    log.info(
+                        "partition %s/%d: leader %d -> %d (epoch %d), isr %s",
+                        *pid,
+                        state.record.leader,
+                        new.leader,
+                        new.leader_epoch,
+                        new.isr,
+                    )
                 await self._write(pid, new, state.revision)
         now = self._clock.monotonic_ms()
-        if self._config.auto_leader_rebalance_enable and \
-                now - self._last_rebalance_ms >= self._config.leader_imbalance_check_interval_seconds * 1000:
+        if (
+            self._config.auto_leader_rebalance_enable
+            and now - self._last_rebalance_ms >= self._config.leader_imbalance_check_interval_seconds * 1000
+        ):
             self._last_rebalance_ms = now
             for pid, state in list(self._view.partitions.items()):
                 new = elections.preferred_leader(state.record, live)
                 if new is not None:
-                    log.info("partition %s/%d: preferred leader %d takes over (epoch %d)", *pid, new.leader,
-                             new.leader_epoch)
+                    log.info(
+                        "partition %s/%d: preferred leader %d takes over (epoch %d)", *pid, new.leader, new.leader_epoch
+                    )
                     await self._write(pid, new, state.revision)
 
     async def _create_missing_states(self, live: set[int]) -> None:
         brokers = [(b.node_id, b.az) for b in self._view.brokers.values() if b.node_id in live]
         for topic in self._catalog.all():
-            missing = [i for i in range(topic.partitions)
-                       if TopicIdPartition.of(topic.topic_id, i) not in self._view.partitions]
+            missing = [
+                i
+                for i in range(topic.partitions)
+                if TopicIdPartition.of(topic.topic_id, i) not in self._view.partitions
+            ]
             if not missing:
                 continue
             factor = min(len(brokers), 1 if not topic.internal else self._config.offsets_topic_replication_factor)

@@ -42,8 +42,7 @@ def reconcile(state: PartitionStateRecord, live: Collection[int], unclean: bool)
             return None
         # keep the ISR: its members hold every acknowledged record and may lead when back
         return changed(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1)
-    return changed(state, leader=leader, leader_epoch=state.leader_epoch + 1,
-                   isr=[leader] if was_unclean else live_isr)
+    return changed(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=[leader] if was_unclean else live_isr)
 
 
 def preferred_leader(state: PartitionStateRecord, live: Collection[int]) -> PartitionStateRecord | None:

@@ -27,14 +27,17 @@ def rack_alternated(brokers: Sequence[tuple[int, str | None]]) -> list[tuple[int
     return ordered
 
 
-def assign_replicas(partitions: Sequence[int], replication_factor: int,
-                    brokers: Sequence[tuple[int, str | None]], start: int = 0) -> dict[int, list[int]]:
+def assign_replicas(
+    partitions: Sequence[int], replication_factor: int, brokers: Sequence[tuple[int, str | None]], start: int = 0
+) -> dict[int, list[int]]:
     """Replica lists for the given partition indexes over the (node id, az) brokers."""
     if replication_factor < 1:
         raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
     if replication_factor > len(brokers):
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                       f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}.")
+        raise ApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}.",
+        )
     ordered = rack_alternated(brokers)
     count = len(ordered)
     assignment: dict[int, list[int]] = {}

@@ -44,9 +44,15 @@ class RegistrationRefused(StartRefused):
 
 
 class Membership:
-    def __init__(self, store: MetadataStore, record: records.BrokerRecord, session_timeout_ms: int,
-                 heartbeat_interval_ms: int, announce: Callable[[KeyValue], Awaitable[None]],
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        record: records.BrokerRecord,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        announce: Callable[[KeyValue], Awaitable[None]],
+        clock: Clock | None = None,
+    ) -> None:
         """`announce` applies the registration to this broker's view before its watch event."""
         self._store = store
         self._clock: Clock = clock or SystemClock()
@@ -99,15 +105,18 @@ class Membership:
                 lease = await self._store.grant_lease(self._ttl_s)
                 try:
                     # Absent, or our own (a registration whose answer was lost): never another's.
-                    revision = await self._store.put(key, value, expected_revision=current.revision if current else 0,
-                                                     lease=lease)
+                    revision = await self._store.put(
+                        key, value, expected_revision=current.revision if current else 0, lease=lease
+                    )
                 except RevisionConflict:  # registered between our read and our write: look again
                     await self._revoke_quietly(lease)
                     if loop.time() < deadline:
                         continue
-                    raise RegistrationRefused(f"node.id {node_id} was registered by another broker process "
-                                              "while this one tried to register: stop that broker, or give this "
-                                              "one a different node.id") from None
+                    raise RegistrationRefused(
+                        f"node.id {node_id} was registered by another broker process "
+                        "while this one tried to register: stop that broker, or give this "
+                        "one a different node.id"
+                    ) from None
                 except BaseException:  # outcome unknown: drop the lease, and with it the key if it was written
                     await self._revoke_quietly(lease)
                     raise
@@ -120,13 +129,21 @@ class Membership:
                 waited = f", still after {wait_s:.1f} s" if wait_s > 0 else ""
                 raise RegistrationRefused(
                     f"node.id {node_id} is registered by another live broker process ({_describe(other)}){waited}: "
-                    "stop that broker, or give this one a different node.id")
+                    "stop that broker, or give this one a different node.id"
+                )
             same_address = (other.host, other.port) == (self.record.host, self.record.port)
-            log.warning("node.id %d is registered by another broker process (%s): waiting for its registration to "
-                        "end (attempt %d, %.1f s left; %s)", node_id, _describe(other), attempt, remaining,
-                        "same address as this broker: probably its previous process, whose lease expires within "
-                        "broker.session.timeout.ms" if same_address else
-                        "another address: a second broker with this node.id?")
+            log.warning(
+                "node.id %d is registered by another broker process (%s): waiting for its registration to "
+                "end (attempt %d, %.1f s left; %s)",
+                node_id,
+                _describe(other),
+                attempt,
+                remaining,
+                "same address as this broker: probably its previous process, whose lease expires within "
+                "broker.session.timeout.ms"
+                if same_address
+                else "another address: a second broker with this node.id?",
+            )
             await self._clock.sleep(min(poll_s, remaining))
 
     def _other_incarnation(self, current: KeyValue | None) -> records.BrokerRecord | _Unreadable | None:
@@ -159,8 +176,11 @@ class Membership:
                     log.warning("registration failed (%s); retrying", exc)
                     continue
                 except RegistrationRefused as exc:
-                    log.error("cannot register again: %s; this broker stays unregistered and retries every %.1f s",
-                              exc, self._interval_s)
+                    log.error(
+                        "cannot register again: %s; this broker stays unregistered and retries every %.1f s",
+                        exc,
+                        self._interval_s,
+                    )
                     continue
                 assert self.lease is not None  # _register returns only once registered
                 for listener in self._on_new_lease:

@@ -142,10 +142,10 @@ class ClusterView:
             if self.partitions.pop(pid, None) is not None:
                 await self._tell(self._on_partition, pid, None)
         elif key.startswith(records.BROKER_PREFIX):
-            if self.brokers.pop(int(key[len(records.BROKER_PREFIX):]), None) is not None:
+            if self.brokers.pop(int(key[len(records.BROKER_PREFIX) :]), None) is not None:
                 await self._tell(self._on_brokers)
         elif key.startswith(records.TOPIC_PREFIX):
-            await self._catalog.apply_delete(key[len(records.TOPIC_PREFIX):])
+            await self._catalog.apply_delete(key[len(records.TOPIC_PREFIX) :])
         elif key == records.CONTROLLER_KEY:
             self.controller_id = -1
             await self._tell(self._on_controller, -1)

@@ -13,9 +13,15 @@ Record = tuple[bytes, "bytes | None"]  # key, value (None: a tombstone)
 
 def build_batch(records: Iterable[Record], timestamp_ms: int) -> bytes:
     """One uncompressed v2 batch (no producer id) holding (key, value) records."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for offset, (key, value) in enumerate(records):
         builder.append(offset, timestamp=timestamp_ms, key=key, value=value, headers=[])
     return bytes(builder.build())

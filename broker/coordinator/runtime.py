@@ -88,8 +88,16 @@ class _Slot(Generic[S]):
 
 
 class CoordinatorRuntime(Generic[S]):
-    def __init__(self, topic: str, partition: Callable[[int], "Partition"], new_shard: Callable[[int], S],
-                 now_ms: Callable[[], int], *, write_timeout_ms: int, compaction_min_records: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: Callable[[int], "Partition"],
+        new_shard: Callable[[int], S],
+        now_ms: Callable[[], int],
+        *,
+        write_timeout_ms: int,
+        compaction_min_records: int,
+    ) -> None:
         self.topic = topic
         self._partition = partition
         self._new_shard = new_shard
@@ -190,8 +198,11 @@ class CoordinatorRuntime(Generic[S]):
         try:
             await self._partition(index).wait_replicated(end_offset, self._write_timeout_s)
         except ApiError as exc:
-            return ErrorCode.NOT_COORDINATOR if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+            return (
+                ErrorCode.NOT_COORDINATOR
+                if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 else ErrorCode.REQUEST_TIMED_OUT
+            )
         finally:
             self.expose(index)
         return None
@@ -208,9 +219,11 @@ class CoordinatorRuntime(Generic[S]):
         could miss what its predecessor acknowledged."""
         loaded_to = self._slots[index].loaded_to if index in self._slots else 0
         if self._partition(index).log.high_watermark < loaded_to:
-            raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                           f"{self.topic}-{index} is replicated up to {self._partition(index).log.high_watermark}"
-                           f" of the {loaded_to} offsets loaded; retry")
+            raise ApiError(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"{self.topic}-{index} is replicated up to {self._partition(index).log.high_watermark}"
+                f" of the {loaded_to} offsets loaded; retry",
+            )
 
     # -- compaction ------------------------------------------------------------------------
     def _compact(self, index: int, slot: _Slot[S], shard: S) -> None:
@@ -221,7 +234,7 @@ class CoordinatorRuntime(Generic[S]):
         live = shard.live_records()
         start = partition.log.log_end_offset
         for i in range(0, len(live), COMPACTION_CHUNK_RECORDS):
-            batch = build_batch(live[i:i + COMPACTION_CHUNK_RECORDS], self._now_ms())
+            batch = build_batch(live[i : i + COMPACTION_CHUNK_RECORDS], self._now_ms())
             partition.append_records(memoryview(batch), acks=1)
         end = partition.log.log_end_offset
         slot.stats = _CompactionStats({key for key, _ in live})
@@ -233,20 +246,26 @@ class CoordinatorRuntime(Generic[S]):
             _truncate_before(partition, start)
             return
         task = asyncio.get_running_loop().create_task(
-            self._truncate_when_replicated(partition, partition.leader_epoch, start, end))
+            self._truncate_when_replicated(partition, partition.leader_epoch, start, end)
+        )
         slot.truncation = task
 
         def forget(done: asyncio.Task[None]) -> None:
             if slot.truncation is done:
                 slot.truncation = None
+
         task.add_done_callback(forget)
 
     async def _truncate_when_replicated(self, partition: "Partition", epoch: int, start: int, end: int) -> None:
         try:
             await partition.wait_replicated(end, self._write_timeout_s)
         except ApiError as exc:
-            log.info("%s-%d: compaction's re-append not replicated (%s); the log start stays",
-                     partition.topic, partition.index, exc.message)
+            log.info(
+                "%s-%d: compaction's re-append not replicated (%s); the log start stays",
+                partition.topic,
+                partition.index,
+                exc.message,
+            )
             return
         if partition.leader_state is not None and partition.leader_epoch == epoch:
             _truncate_before(partition, start)

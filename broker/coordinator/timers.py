@@ -39,8 +39,12 @@ class ShardTimers:
 
     def fire_due(self, now_ms: int) -> None:
         """Fire every timer due at `now_ms`; one fired timer may schedule or cancel others."""
-        due = [(shard, key, timer) for shard, timers in self._timers.items()
-               for key, timer in timers.items() if timer[0] <= now_ms]
+        due = [
+            (shard, key, timer)
+            for shard, timers in self._timers.items()
+            for key, timer in timers.items()
+            if timer[0] <= now_ms
+        ]
         for shard, key, timer in due:
             if self._timers.get(shard, {}).get(key) is timer:
                 self.cancel(shard, key)
@@ -50,8 +54,11 @@ class ShardTimers:
         while True:
             self.fire_due(self._now_ms())
             next_deadline = self.next_deadline_ms()
-            sleep_s = MAX_TIMER_SLEEP_S if next_deadline is None else \
-                min(MAX_TIMER_SLEEP_S, max(0.001, (next_deadline - self._now_ms()) / 1000))
+            sleep_s = (
+                MAX_TIMER_SLEEP_S
+                if next_deadline is None
+                else min(MAX_TIMER_SLEEP_S, max(0.001, (next_deadline - self._now_ms()) / 1000))
+            )
             # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a cancellation
             # that arrives as the awaited future completes, and stop() would hang.
             self._waker = asyncio.get_running_loop().create_future()

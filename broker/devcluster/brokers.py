@@ -53,11 +53,24 @@ class BrokerProcess:
     instead).
     """
 
-    def __init__(self, data_dir: Path, log_path: Path, *, node_id: int = 0, az: str | None = None,
-                 port: int | None = None, metrics_port: int | None = None, rpc_port: int | None = None,
-                 advertise_port: int | None = None, config_file: Path | None = None,
-                 extra_args: list[str] | None = None, command: list[str] | None = None,
-                 env: Mapping[str, str] | None = None, new_session: bool = False, stateless: bool = False):
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        node_id: int = 0,
+        az: str | None = None,
+        port: int | None = None,
+        metrics_port: int | None = None,
+        rpc_port: int | None = None,
+        advertise_port: int | None = None,
+        config_file: Path | None = None,
+        extra_args: list[str] | None = None,
+        command: list[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        new_session: bool = False,
+        stateless: bool = False,
+    ):
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
         self.node_id = node_id
@@ -68,7 +81,7 @@ class BrokerProcess:
         self.advertise_port = advertise_port or self.port
         self.config_file = config_file
         self.extra_args = list(extra_args or [])
-        self.command = command or broker_command()   # overridable for the harness self-test
+        self.command = command or broker_command()  # overridable for the harness self-test
         self.env = env
         self.new_session = new_session
         self.stateless = stateless  # no data dir (`data_dir` then holds nothing)
@@ -94,10 +107,14 @@ class BrokerProcess:
     def args(self) -> list[str]:
         cmd = self.command + [
             "broker",
-            "--listen", f"127.0.0.1:{self.port}",
-            "--advertise", f"127.0.0.1:{self.advertise_port}",
-            "--node-id", str(self.node_id),
-            "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--advertise",
+            f"127.0.0.1:{self.advertise_port}",
+            "--node-id",
+            str(self.node_id),
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
         ]
         cmd += ["--stateless"] if self.stateless else ["--data-dir", str(self.data_dir)]
         if self.az is not None:
@@ -119,8 +136,15 @@ class BrokerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts}: {' '.join(self.args())}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.args(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         cwd=PACKAGE_ROOT, env=env, start_new_session=self.new_session)
+            self.proc = subprocess.Popen(
+                self.args(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=PACKAGE_ROOT,
+                env=env,
+                start_new_session=self.new_session,
+            )
         if wait:
             self.wait_ready(timeout_s)
         return self
@@ -138,8 +162,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
-                raise BrokerError(f"broker {self.node_id} exited with code {code} before it was ready\n"
-                                  f"{self.tail()}")
+                raise BrokerError(f"broker {self.node_id} exited with code {code} before it was ready\n{self.tail()}")
             if self.ready():
                 return
             time.sleep(0.1)
@@ -192,14 +215,12 @@ class BrokerProcess:
             return direct
         found = [p for p in self.data_dir.rglob(name) if p.is_dir()]
         if len(found) != 1:
-            raise BrokerError(f"expected one directory {name!r} under {self.data_dir}, "
-                              f"found {found}")
+            raise BrokerError(f"expected one directory {name!r} under {self.data_dir}, found {found}")
         return found[0]
 
     def newest_segment(self, topic: str, partition: int) -> Path:
         """The newest `*.log` segment of a partition (segment names sort by base offset)."""
-        segments = sorted(self.partition_dir(topic, partition).glob("*.log"),
-                          key=lambda p: (len(p.stem), p.stem))
+        segments = sorted(self.partition_dir(topic, partition).glob("*.log"), key=lambda p: (len(p.stem), p.stem))
         if not segments:
             raise BrokerError(f"no *.log segment in {self.partition_dir(topic, partition)}")
         return segments[-1]

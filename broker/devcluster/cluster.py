@@ -51,8 +51,11 @@ def az_name(node_id: int, azs: int) -> str:
 
 def check_dependencies() -> None:
     """Raise MissingDependency naming every missing piece and how to install it."""
-    missing = [message for message, ok in ((etcd.MISSING, etcd.etcd_binary() is not None),
-                                           (s3.MISSING, s3.moto_available())) if not ok]
+    missing = [
+        message
+        for message, ok in ((etcd.MISSING, etcd.etcd_binary() is not None), (s3.MISSING, s3.moto_available()))
+        if not ok
+    ]
     if missing:
         raise MissingDependency("; ".join(missing))
 
@@ -67,21 +70,35 @@ class DevCluster:
     base_port + 200; default: free ports. `settings` (config key -> value) go to every broker.
     """
 
-    def __init__(self, brokers: int = 3, azs: int = 3, *, work_dir: str | Path | None = None,
-                 base_port: int | None = None, settings: Mapping[str, str] | None = None,
-                 command: list[str] | None = None, stateless_per_az: int = 0) -> None:
+    def __init__(
+        self,
+        brokers: int = 3,
+        azs: int = 3,
+        *,
+        work_dir: str | Path | None = None,
+        base_port: int | None = None,
+        settings: Mapping[str, str] | None = None,
+        command: list[str] | None = None,
+        stateless_per_az: int = 0,
+    ) -> None:
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers must be between 1 and {MAX_BROKERS}, got {brokers}")
         if not 1 <= azs <= brokers:
-            raise UsageError(f"--azs must be between 1 and --brokers ({brokers}): every AZ needs a "
-                             f"broker, got {azs}")
+            raise UsageError(f"--azs must be between 1 and --brokers ({brokers}): every AZ needs a broker, got {azs}")
         if base_port is not None and not 1024 <= base_port <= 65535 - 2 * PORT_BLOCK - brokers:
-            raise UsageError(f"--base-port must be between 1024 and {65535 - 2 * PORT_BLOCK - brokers} "
-                             f"(it needs base+{2 * PORT_BLOCK + brokers - 1}), got {base_port}")
-        if work_dir is not None and Path(work_dir).exists() and (not Path(work_dir).is_dir()
-                                                                  or any(Path(work_dir).iterdir())):
-            raise UsageError(f"--dir {work_dir} is not empty: a dev cluster starts from scratch "
-                             "(its S3 endpoint keeps objects in memory only)")
+            raise UsageError(
+                f"--base-port must be between 1024 and {65535 - 2 * PORT_BLOCK - brokers} "
+                f"(it needs base+{2 * PORT_BLOCK + brokers - 1}), got {base_port}"
+            )
+        if (
+            work_dir is not None
+            and Path(work_dir).exists()
+            and (not Path(work_dir).is_dir() or any(Path(work_dir).iterdir()))
+        ):
+            raise UsageError(
+                f"--dir {work_dir} is not empty: a dev cluster starts from scratch "
+                "(its S3 endpoint keeps objects in memory only)"
+            )
         self.settings = dict(settings or {})
         try:
             load_config(None, self.settings, environ={})
@@ -109,8 +126,7 @@ class DevCluster:
             check_dependencies()
             self.work_dir.mkdir(parents=True, exist_ok=True)
             self.etcd = etcd.start_etcd(self.work_dir, "shoal-dev", timeout_s, new_session=True)
-            self.moto_process, self.moto = s3.start_moto(self.work_dir / "moto.log", BUCKET,
-                                                         new_session=True)
+            self.moto_process, self.moto = s3.start_moto(self.work_dir / "moto.log", BUCKET, new_session=True)
             self.brokers = self._make_brokers()
             first, *rest = self.brokers
             # Alone first: it creates the cluster's internal topics, which brokers starting
@@ -143,8 +159,9 @@ class DevCluster:
     def __enter__(self) -> DevCluster:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- one broker --------------------------------------------------------------------------
@@ -155,8 +172,7 @@ class DevCluster:
         """SIGKILL one broker (a crash)."""
         self.broker(node_id).kill()
 
-    def restart(self, node_id: int, graceful: bool = True,
-                timeout_s: float = READY_TIMEOUT_S) -> BrokerProcess:
+    def restart(self, node_id: int, graceful: bool = True, timeout_s: float = READY_TIMEOUT_S) -> BrokerProcess:
         """Stop (or kill) one broker and start it again on its ports and data dir; waits for
         /readyz."""
         return self.broker(node_id).restart(graceful, timeout_s)
@@ -170,8 +186,10 @@ class DevCluster:
     @property
     def bootstrap_by_az(self) -> dict[str, str]:
         """AZ name -> its brokers' Kafka addresses, comma-separated (az1 first)."""
-        return {az: ",".join(b.bootstrap for b in self.brokers if b.az == az)
-                for az in (az_name(n, self.azs) for n in range(self.azs))}
+        return {
+            az: ",".join(b.bootstrap for b in self.brokers if b.az == az)
+            for az in (az_name(n, self.azs) for n in range(self.azs))
+        }
 
     @property
     def metadata_url(self) -> str:
@@ -189,12 +207,18 @@ class DevCluster:
 
     def exited(self) -> list[str]:
         """One line per child that is no longer running."""
-        return [f"{name} (pid {process.pid}) exited with code {process.returncode}"
-                for name, process in self._children() if process.poll() is not None]
+        return [
+            f"{name} (pid {process.pid}) exited with code {process.returncode}"
+            for name, process in self._children()
+            if process.poll() is not None
+        ]
 
     def _children(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
-        named = [("etcd", self.etcd.process if self.etcd else None), ("s3", self.moto_process),
-                 *((f"broker {b.node_id}", b.proc) for b in self.brokers)]
+        named = [
+            ("etcd", self.etcd.process if self.etcd else None),
+            ("s3", self.moto_process),
+            *((f"broker {b.node_id}", b.proc) for b in self.brokers),
+        ]
         return [(name, process) for name, process in named if process is not None]
 
     def describe(self) -> str:
@@ -202,13 +226,16 @@ class DevCluster:
         assert self.etcd is not None and self.moto is not None and self.moto_process is not None, "not started"
         where = f"{self.work_dir} (temporary, removed at exit)" if self._owns_dir else str(self.work_dir)
         stateless = f" (+{self.stateless_per_az} stateless per AZ)" if self.stateless_per_az else ""
-        lines = [f"Shoal dev cluster: {self.num_brokers} brokers{stateless} in {self.azs} AZs; work dir {where}",
-                 f"  etcd       {self.etcd.endpoint}  metadata {self.metadata_url}  pid {self.etcd.pid}",
-                 f"  s3 (moto)  {self.moto.endpoint}  object store {self.object_store_url}  "
-                 f"pid {self.moto_process.pid}"]
-        lines += [f"  broker {b.node_id}{'*' if b.stateless else ' '}  {b.az}  kafka {b.bootstrap}  rpc 127.0.0.1:{b.rpc_port}  "
-                  f"metrics http://127.0.0.1:{b.metrics_port}/metrics  pid {b.pid}  log {b.log_path}"
-                  for b in self.brokers]
+        lines = [
+            f"Shoal dev cluster: {self.num_brokers} brokers{stateless} in {self.azs} AZs; work dir {where}",
+            f"  etcd       {self.etcd.endpoint}  metadata {self.metadata_url}  pid {self.etcd.pid}",
+            f"  s3 (moto)  {self.moto.endpoint}  object store {self.object_store_url}  pid {self.moto_process.pid}",
+        ]
+        lines += [
+            f"  broker {b.node_id}{'*' if b.stateless else ' '}  {b.az}  kafka {b.bootstrap}  rpc 127.0.0.1:{b.rpc_port}  "
+            f"metrics http://127.0.0.1:{b.metrics_port}/metrics  pid {b.pid}  log {b.log_path}"
+            for b in self.brokers
+        ]
         lines.append(f"bootstrap: {self.bootstrap}")
         lines += [f"bootstrap {az}: {servers}" for az, servers in self.bootstrap_by_az.items()]
         lines.append("Ready. Ctrl-C stops everything.")
@@ -227,26 +254,49 @@ class DevCluster:
             shared += ["--object-store", self.object_store_url]
         shared += [arg for key, value in self.settings.items() for arg in ("--set", f"{key}={value}")]
         env = s3.fake_aws_environ()
-        return [BrokerProcess(self.work_dir / f"broker-{node}" / "data",
-                              self.work_dir / f"broker-{node}" / "broker.log", node_id=node,
-                              az=az_name(node if node < self.num_brokers else node - self.num_brokers, self.azs),
-                              port=kafka, rpc_port=rpc, metrics_port=metrics, extra_args=shared,
-                              command=self.command, env=env, new_session=True, stateless=node >= self.num_brokers)
-                for node, (kafka, rpc, metrics) in enumerate(listeners)]
+        return [
+            BrokerProcess(
+                self.work_dir / f"broker-{node}" / "data",
+                self.work_dir / f"broker-{node}" / "broker.log",
+                node_id=node,
+                az=az_name(node if node < self.num_brokers else node - self.num_brokers, self.azs),
+                port=kafka,
+                rpc_port=rpc,
+                metrics_port=metrics,
+                extra_args=shared,
+                command=self.command,
+                env=env,
+                new_session=True,
+                stateless=node >= self.num_brokers,
+            )
+            for node, (kafka, rpc, metrics) in enumerate(listeners)
+        ]
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main(brokers: int, azs: int | None, work_dir: str | None, base_port: int | None,
-         settings: Mapping[str, str], stateless_per_az: int = 0) -> int:
+def main(
+    brokers: int,
+    azs: int | None,
+    work_dir: str | None,
+    base_port: int | None,
+    settings: Mapping[str, str],
+    stateless_per_az: int = 0,
+) -> int:
     """`shoal dev cluster`: start, print the addresses, report children that exit, and stop
     everything on SIGINT or SIGTERM. Exit 2 for bad usage or a missing dependency, 1 when
     the cluster cannot start, 0 after a requested stop."""
     try:
-        cluster = DevCluster(brokers, min(3, brokers) if azs is None else azs, work_dir=work_dir,
-                             base_port=base_port, settings=settings, stateless_per_az=stateless_per_az)
+        cluster = DevCluster(
+            brokers,
+            min(3, brokers) if azs is None else azs,
+            work_dir=work_dir,
+            base_port=base_port,
+            settings=settings,
+            stateless_per_az=stateless_per_az,
+        )
     except UsageError as exc:
         print(f"shoal dev cluster: {exc}", file=sys.stderr)
         return 2

@@ -92,29 +92,49 @@ class EtcdServer:
         peer_url = f"http://{self.host}:{self.peer_port}"
         args = [
             self.binary,
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.client_url,
-            "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", peer_url,
-            "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"{self.name}={peer_url}",
-            "--initial-cluster-token", f"{self.name}-{self.client_port}",
-            "--initial-cluster-state", "new",  # ignored once the data dir exists
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.client_url,
+            "--advertise-client-urls",
+            self.client_url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            f"{self.name}={peer_url}",
+            "--initial-cluster-token",
+            f"{self.name}-{self.client_port}",
+            "--initial-cluster-state",
+            "new",  # ignored once the data dir exists
             # Faster elections shorten start-up and allow 1-second leases (etcd's minimum
             # lease TTL is 1.5 x the election timeout).
-            "--heartbeat-interval", "50",
-            "--election-timeout", "500",
-            "--logger", "zap",
-            "--log-outputs", "stderr",
-            "--log-level", "warn",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+            "--log-level",
+            "warn",
         ]
         env = {key: value for key, value in os.environ.items() if not key.startswith("ETCD")}
         with open(self.log_path, "ab") as log:
             log.write(f"--- starting etcd on {self.endpoint} at {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
-            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env, start_new_session=self.new_session)
+            self.process = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=self.new_session,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -123,8 +143,9 @@ class EtcdServer:
                 return self
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"etcd did not become healthy on {self.endpoint} within {timeout_s:.0f} s\n"
-                           f"{log_tail(self.log_path)}")
+        raise RuntimeError(
+            f"etcd did not become healthy on {self.endpoint} within {timeout_s:.0f} s\n{log_tail(self.log_path)}"
+        )
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it lingers. Idempotent."""
@@ -141,8 +162,13 @@ class EtcdServer:
         return self.start(timeout_s)
 
 
-def start_etcd(base_dir: str | os.PathLike[str], name: str = "shoal-test",
-               timeout_s: float = START_TIMEOUT_S, *, new_session: bool = False) -> EtcdServer:
+def start_etcd(
+    base_dir: str | os.PathLike[str],
+    name: str = "shoal-test",
+    timeout_s: float = START_TIMEOUT_S,
+    *,
+    new_session: bool = False,
+) -> EtcdServer:
     """Start a fresh single-member etcd under base_dir (RuntimeError if it cannot)."""
     binary = etcd_binary()
     if binary is None:
@@ -150,8 +176,7 @@ def start_etcd(base_dir: str | os.PathLike[str], name: str = "shoal-test",
     errors = []
     for attempt in range(PORT_ATTEMPTS):
         client_port, peer_port = free_ports(2)
-        server = EtcdServer(Path(base_dir) / f"etcd-{attempt}", client_port, peer_port, name, binary,
-                            new_session)
+        server = EtcdServer(Path(base_dir) / f"etcd-{attempt}", client_port, peer_port, name, binary, new_session)
         try:
             return server.start(timeout_s)
         except RuntimeError as exc:

@@ -34,8 +34,7 @@ def free_ports(count: int) -> list[int]:
         return ports
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.05,
-               what: str = "condition") -> T:
+def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> T:
     """Poll `predicate` until it returns a truthy value (returned) or the deadline passes
     (TimeoutError)."""
     deadline = time.monotonic() + timeout_s

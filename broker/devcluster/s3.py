@@ -91,8 +91,9 @@ def _wait_serving(process: subprocess.Popen[bytes], url: str) -> bool:
     return False
 
 
-def start_moto(log_path: str | os.PathLike[str], bucket: str = BUCKET, *,
-               new_session: bool = False) -> tuple[subprocess.Popen[bytes], MotoServer]:
+def start_moto(
+    log_path: str | os.PathLike[str], bucket: str = BUCKET, *, new_session: bool = False
+) -> tuple[subprocess.Popen[bytes], MotoServer]:
     """Start moto's server with `bucket` created; raise RuntimeError (with the log tail) if it
     does not answer within START_TIMEOUT_S. The caller stops it with `stop_process`.
     `new_session`: a terminal's Ctrl-C then reaches only the launcher, which stops it."""
@@ -101,7 +102,10 @@ def start_moto(log_path: str | os.PathLike[str], bucket: str = BUCKET, *,
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=new_session,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=new_session,
             )
         if _wait_serving(process, f"http://127.0.0.1:{port}/moto-api/"):
             break

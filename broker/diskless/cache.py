@@ -28,7 +28,11 @@ CacheObserver = Callable[[int], None]
 
 class ObjectCache:
     def __init__(
-        self, max_bytes: int, *, on_hit: CacheObserver | None = None, on_miss: CacheObserver | None = None,
+        self,
+        max_bytes: int,
+        *,
+        on_hit: CacheObserver | None = None,
+        on_miss: CacheObserver | None = None,
     ) -> None:
         if max_bytes < 0:
             raise ValueError(f"cache.max.bytes must be >= 0, got {max_bytes}")
@@ -97,7 +101,7 @@ class ObjectCache:
                     self._ranges.move_to_end(key)
                     if self._on_hit is not None:
                         self._on_hit(end - start)
-                    return memoryview(data)[start - key[1]:end - key[1]]
+                    return memoryview(data)[start - key[1] : end - key[1]]
         if self._on_miss is not None:
             self._on_miss(end - start)
         return None

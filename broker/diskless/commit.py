@@ -140,20 +140,21 @@ def resolved(result: CommitResult) -> asyncio.Future[CommitResult]:
 
 def acknowledged_when(applied: CommitResult, wait: asyncio.Future[None]) -> asyncio.Future[CommitResult]:
     """`applied`, once `wait` (an acks=all wait) succeeded; its error if it raised one."""
+
     async def outcome() -> CommitResult:
         try:
             await wait
         except ApiError as exc:
             return failed(exc)
         return applied
+
     return asyncio.ensure_future(outcome())
 
 
 class LocalCommitter:
     """The leader side: applies commits to partitions this broker leads."""
 
-    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", clock: "Clock",
-                 deadline_ms: int) -> None:
+    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", clock: "Clock", deadline_ms: int) -> None:
         self._catalog = catalog
         self._replicas = replicas
         self._clock = clock
@@ -167,8 +168,11 @@ class LocalCommitter:
             if result.replicated or result.error_code:
                 pending.append(PendingCommit(applied, applied))
                 continue
-            wait = asyncio.ensure_future(self.wait_replicated(
-                WaitPartition(part.topic_id, part.partition, result.leader_epoch, result.end_offset), ACKS_TIMEOUT_S))
+            wait = asyncio.ensure_future(
+                self.wait_replicated(
+                    WaitPartition(part.topic_id, part.partition, result.leader_epoch, result.end_offset), ACKS_TIMEOUT_S
+                )
+            )
             pending.append(PendingCommit(applied, acknowledged_when(result, wait)))
         return pending
 
@@ -177,8 +181,10 @@ class LocalCommitter:
         same leader epoch; raise ApiError otherwise (as Kafka's delayed produce does)."""
         partition = self._partition(wanted.topic_id, wanted.partition)
         if partition.leader_state is None or partition.leader_epoch != wanted.leader_epoch:
-            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                           f"leadership of {partition.topic}-{partition.index} changed during the commit")
+            raise ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"leadership of {partition.topic}-{partition.index} changed during the commit",
+            )
         await partition.wait_replicated(wanted.end_offset, timeout_s)
 
     async def answer_wait(self, request: ReplicationWaitRequest) -> ReplicationWaitResponse:
@@ -224,9 +230,11 @@ class LocalCommitter:
         created_ms = parse_wal_id(request.object_id)[0]
         age_ms = self._clock.now_ms() - created_ms
         if age_ms > self._deadline_ms:
-            error = ApiError(ErrorCode.REQUEST_TIMED_OUT,
-                             f"WAL object {request.object_id} is {age_ms} ms old, past wal.commit.deadline.ms="
-                             f"{self._deadline_ms}: not committed, retry the produce")
+            error = ApiError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"WAL object {request.object_id} is {age_ms} ms old, past wal.commit.deadline.ms="
+                f"{self._deadline_ms}: not committed, retry the produce",
+            )
             return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
         return CommitResponse(COMMIT_VERSION, [self._apply_partition(request.object_id, p) for p in request.partitions])
 
@@ -242,14 +250,24 @@ class LocalCommitter:
         try:
             partition = self._partition(part.topic_id, part.partition)
             outcome = partition.append_coordinates(
-                [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks)
+                [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks
+            )
         except ApiError as exc:
             return failed(exc)
         except Exception as exc:  # a disk error, a log closed under us: this partition only
-            log.exception("commit of WAL object %s to partition %s-%d failed", object_id, part.topic_id,
-                          part.partition)
+            log.exception("commit of WAL object %s to partition %s-%d failed", object_id, part.topic_id, part.partition)
             return failed(ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"commit failed, nothing was appended: {exc}"))
-        replicated = part.acks != -1 or (partition.log.high_watermark >= outcome.end_offset
-                                         and partition.isr_size >= partition.settings.min_insync_replicas)
-        return CommitResult(0, None, outcome.base_offset, outcome.log_append_time_ms, outcome.log_start_offset,
-                            outcome.end_offset, partition.leader_epoch, replicated)
+        replicated = part.acks != -1 or (
+            partition.log.high_watermark >= outcome.end_offset
+            and partition.isr_size >= partition.settings.min_insync_replicas
+        )
+        return CommitResult(
+            0,
+            None,
+            outcome.base_offset,
+            outcome.log_append_time_ms,
+            outcome.log_start_offset,
+            outcome.end_offset,
+            partition.leader_epoch,
+            replicated,
+        )

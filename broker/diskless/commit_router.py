@@ -21,8 +21,15 @@ from ..partition_ids import TopicIdPartition
 from ..protocol.errors import ApiError, ErrorCode
 from ..rpc import RpcError, RpcTimeout
 from .commit import (
-    ACKS_TIMEOUT_S, COMMIT_VERSION, CommitRequest, CommitResponse, CommitResult, PendingCommit, ReplicationWaitRequest,
-    WaitPartition, failed,
+    ACKS_TIMEOUT_S,
+    COMMIT_VERSION,
+    CommitRequest,
+    CommitResponse,
+    CommitResult,
+    PendingCommit,
+    ReplicationWaitRequest,
+    WaitPartition,
+    failed,
 )
 
 if TYPE_CHECKING:
@@ -36,8 +43,14 @@ WAIT_ROUND_MS = 10_000  # one ReplicationWaitRequest's long poll
 
 
 class CommitRouter:
-    def __init__(self, node_id: int, local: "LocalCommitter", view: "ClusterView", pool: "RpcClientPool",
-                 metrics: "BrokerMetrics") -> None:
+    def __init__(
+        self,
+        node_id: int,
+        local: "LocalCommitter",
+        view: "ClusterView",
+        pool: "RpcClientPool",
+        metrics: "BrokerMetrics",
+    ) -> None:
         self._node_id = node_id
         self._local = local
         self._view = view
@@ -68,7 +81,9 @@ class CommitRouter:
         outcomes = [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
         broker = self._view.brokers.get(leader)
         if leader == NO_LEADER or broker is None or broker.rpc_host is None:
-            error = failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no live leader for these partitions (leader {leader})"))
+            error = failed(
+                ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no live leader for these partitions (leader {leader})")
+            )
             for outcome in outcomes:
                 outcome.applied.set_result(error)
                 outcome.acknowledged.set_result(error)
@@ -81,8 +96,14 @@ class CommitRouter:
         task.add_done_callback(self._following.discard)
         return outcomes
 
-    async def _follow(self, leader: int, client: RpcClient, request: CommitRequest, call: asyncio.Future[CommitResponse],
-                      outcomes: list[PendingCommit]) -> None:
+    async def _follow(
+        self,
+        leader: int,
+        client: RpcClient,
+        request: CommitRequest,
+        call: asyncio.Future[CommitResponse],
+        outcomes: list[PendingCommit],
+    ) -> None:
         try:
             await self._hand_back(leader, client, request, call, outcomes)
         finally:  # whatever happened, nobody is left waiting
@@ -92,41 +113,65 @@ class CommitRouter:
                     if not future.done():
                         future.set_result(unknown)
 
-    async def _hand_back(self, leader: int, client: RpcClient, request: CommitRequest, call: asyncio.Future[CommitResponse],
-                         outcomes: list[PendingCommit]) -> None:
+    async def _hand_back(
+        self,
+        leader: int,
+        client: RpcClient,
+        request: CommitRequest,
+        call: asyncio.Future[CommitResponse],
+        outcomes: list[PendingCommit],
+    ) -> None:
         """Hand back the leader's answer per partition, then wait out acks=all ones."""
         try:
             response: CommitResponse = await call
             results = response.results
         except RpcTimeout as exc:
-            results = [failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))] * len(outcomes)
+            results = [failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))] * len(
+                outcomes
+            )
         except RpcError as exc:
-            results = [failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"commit to broker {leader}: {exc}"))] * len(outcomes)
+            results = [failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"commit to broker {leader}: {exc}"))] * len(
+                outcomes
+            )
         waiting: list[tuple[PendingCommit, CommitResult, WaitPartition]] = []
         for outcome, part, result in zip(outcomes, request.partitions, results):
             outcome.applied.set_result(result)
             if result.error_code or result.replicated:
                 outcome.acknowledged.set_result(result)
             else:
-                waiting.append((outcome, result, WaitPartition(part.topic_id, part.partition, result.leader_epoch,
-                                                               result.end_offset)))
+                waiting.append(
+                    (
+                        outcome,
+                        result,
+                        WaitPartition(part.topic_id, part.partition, result.leader_epoch, result.end_offset),
+                    )
+                )
         deadline = asyncio.get_running_loop().time() + ACKS_TIMEOUT_S
         while waiting:
             remaining_ms = int((deadline - asyncio.get_running_loop().time()) * 1000)
             if remaining_ms <= 0:
                 for outcome, _result, _wanted in waiting:
-                    outcome.acknowledged.set_result(failed(ApiError(
-                        ErrorCode.REQUEST_TIMED_OUT, f"not replicated to the ISR of broker {leader}'s partition in time")))
+                    outcome.acknowledged.set_result(
+                        failed(
+                            ApiError(
+                                ErrorCode.REQUEST_TIMED_OUT,
+                                f"not replicated to the ISR of broker {leader}'s partition in time",
+                            )
+                        )
+                    )
                 return
             wait_ms = min(remaining_ms, WAIT_ROUND_MS)
             try:
-                answer = await client.call(ReplicationWaitRequest(COMMIT_VERSION, wait_ms, [w for _o, _r, w in waiting]),
-                                           wait_ms / 1000 + RPC_MARGIN_S)
+                answer = await client.call(
+                    ReplicationWaitRequest(COMMIT_VERSION, wait_ms, [w for _o, _r, w in waiting]),
+                    wait_ms / 1000 + RPC_MARGIN_S,
+                )
                 answers = answer.results
             except RpcError as exc:
                 for outcome, _result, _wanted in waiting:  # appended, replication unknown: the producer retries
-                    outcome.acknowledged.set_result(failed(ApiError(
-                        ErrorCode.REQUEST_TIMED_OUT, f"waiting for acks at broker {leader}: {exc}")))
+                    outcome.acknowledged.set_result(
+                        failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"waiting for acks at broker {leader}: {exc}"))
+                    )
                 return
             still = []
             for (outcome, result, wanted), done in zip(waiting, answers):

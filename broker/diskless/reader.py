@@ -100,7 +100,8 @@ class WalReader:
         One unreadable object fails only the batches in it, so a fetch can still serve the
         partitions (and the batches before the failure) that do not depend on it."""
         views: list[memoryview | ReadFailure | None] = [
-            self._cache.get(ref.object_id, ref.offset, ref.end) for ref in refs]
+            self._cache.get(ref.object_id, ref.offset, ref.end) for ref in refs
+        ]
         misses: dict[str, list[int]] = {}
         for i, view in enumerate(views):
             if view is None:
@@ -114,8 +115,11 @@ class WalReader:
             if isinstance(data, BaseException) and not isinstance(data, Exception):
                 raise data  # a cancellation of our own
             for i in members[get]:
-                views[i] = data if isinstance(data, Exception) else \
-                    memoryview(data)[refs[i].offset - get.start:refs[i].end - get.start]
+                views[i] = (
+                    data
+                    if isinstance(data, Exception)
+                    else memoryview(data)[refs[i].offset - get.start : refs[i].end - get.start]
+                )
         return [_checked(ref, view) for ref, view in zip(refs, views, strict=True)]
 
     def _plan(self, object_id: str, refs: Sequence[WalRef], indices: list[int], members: dict[_Get, list[int]]) -> None:

@@ -100,10 +100,21 @@ class _Waiting:
 
 
 class WalWriter:
-    def __init__(self, store: ObjectWriter, keys: WalKeyAllocator, committer: Committer,
-                 cache: "ObjectCache | None", metrics: "BrokerMetrics", *, buffer_max_bytes: int,
-                 linger_ms: int, max_inflight_bytes: int, quiet_ms: int = 0, quiet_min_bytes: int = 0,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectWriter,
+        keys: WalKeyAllocator,
+        committer: Committer,
+        cache: "ObjectCache | None",
+        metrics: "BrokerMetrics",
+        *,
+        buffer_max_bytes: int,
+        linger_ms: int,
+        max_inflight_bytes: int,
+        quiet_ms: int = 0,
+        quiet_min_bytes: int = 0,
+        clock: Clock | None = None,
+    ) -> None:
         self._store = store
         self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
         self._keys = keys
@@ -125,8 +136,9 @@ class WalWriter:
     def inflight_bytes(self) -> int:
         return self._inflight_bytes
 
-    def submit(self, appends: list[PartitionAppend],
-               admitted: asyncio.Future[None] | None = None) -> list[asyncio.Future[CommitResult]]:
+    def submit(
+        self, appends: list[PartitionAppend], admitted: asyncio.Future[None] | None = None
+    ) -> list[asyncio.Future[CommitResult]]:
         """Buffer the batches of one produce request; one future per partition, resolved with
         the leader's answer. Never reorders: a request queued by backpressure holds back
         every later one. `admitted` is resolved once the batches are in a buffer (at once,
@@ -135,8 +147,7 @@ class WalWriter:
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in appends]
         size = sum(a.size for a in appends)
-        if not self._waiting and (self._inflight_bytes == 0
-                                  or self._inflight_bytes + size <= self._max_inflight_bytes):
+        if not self._waiting and (self._inflight_bytes == 0 or self._inflight_bytes + size <= self._max_inflight_bytes):
             self._admit(appends, futures, size, admitted)
         else:
             self._waiting.append(_Waiting(appends, futures, size, admitted))
@@ -152,8 +163,13 @@ class WalWriter:
             await asyncio.gather(*list(self._ships), return_exceptions=True)
 
     # -- stages ----------------------------------------------------------------------------
-    def _admit(self, appends: list[PartitionAppend], futures: list[asyncio.Future[CommitResult]],
-               size: int, admitted: asyncio.Future[None] | None) -> None:
+    def _admit(
+        self,
+        appends: list[PartitionAppend],
+        futures: list[asyncio.Future[CommitResult]],
+        size: int,
+        admitted: asyncio.Future[None] | None,
+    ) -> None:
         _done(admitted)
         self._inflight_bytes += size
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
@@ -168,8 +184,11 @@ class WalWriter:
             for batch, head in append.batches:
                 where = obj.builder.append(append.topic_id, append.partition, batch)
                 commit_batches.append(CommitBatch(head, where.offset, where.length))
-            obj.slots.append(_Slot(CommitPartition(append.topic_id, append.partition, append.acks, commit_batches),
-                                   future, append.size))
+            obj.slots.append(
+                _Slot(
+                    CommitPartition(append.topic_id, append.partition, append.acks, commit_batches), future, append.size
+                )
+            )
             if obj.builder.size >= self._buffer_max_bytes:
                 self._seal("size")
             else:
@@ -183,8 +202,13 @@ class WalWriter:
     def _arm_quiet(self, obj: _OpenObject | None) -> None:
         """One timer per buffer, pushed back to `wal.quiet.ms` after the latest batch when it
         fires early (rather than re-armed on every batch, a timer per request)."""
-        if (obj is None or not self._quiet_s or obj.quiet is not None or self._ships
-                or obj.builder.size < self._quiet_min_bytes):
+        if (
+            obj is None
+            or not self._quiet_s
+            or obj.quiet is not None
+            or self._ships
+            or obj.builder.size < self._quiet_min_bytes
+        ):
             return
         loop = asyncio.get_running_loop()
         obj.quiet = loop.call_later(max(0.0, obj.last_append + self._quiet_s - loop.time()), self._seal_on_quiet, obj)
@@ -233,11 +257,18 @@ class WalWriter:
             try:
                 key = await self._upload(key, data)
             except Exception as exc:  # ObjectStoreError after retries, or anything unexpected
-                log.warning("WAL object %s (%d bytes, %d partitions) failed to upload: %s",
-                            key.object_id, len(data), len(obj.slots), exc)
+                log.warning(
+                    "WAL object %s (%d bytes, %d partitions) failed to upload: %s",
+                    key.object_id,
+                    len(data),
+                    len(obj.slots),
+                    exc,
+                )
                 metrics.wal_objects.labels("upload_failed").inc()
-                self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                         f"WAL object upload failed, nothing was committed: {exc}"))
+                self._fail(
+                    obj,
+                    ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL object upload failed, nothing was committed: {exc}"),
+                )
                 if previous is not None:
                     await previous  # the next object's commit still waits for every earlier one's
                 return
@@ -248,7 +279,8 @@ class WalWriter:
                 await previous  # commits go in seal order; never fails
             started = self._clock.monotonic()
             pending = self._committer.commit(
-                CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots]))
+                CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots])
+            )
         except Exception as exc:
             log.exception("WAL object %s: commit failed", key.object_id)
             metrics.wal_objects.labels("commit_failed").inc()
@@ -275,12 +307,18 @@ class WalWriter:
                 return key
             self._metrics.wal_key_collisions.inc()
             if attempt == WAL_KEY_ATTEMPTS:
-                raise WalKeyCollision(f"{WAL_KEY_ATTEMPTS} keys in a row, the last {key.format()}, already held "
-                                      "other objects (none was overwritten)")
+                raise WalKeyCollision(
+                    f"{WAL_KEY_ATTEMPTS} keys in a row, the last {key.format()}, already held "
+                    "other objects (none was overwritten)"
+                )
             fresh = self._keys.next()
-            log.warning("WAL object key %s already holds another object (another broker process with node "
-                        "id %d, or a clock stepped back?): not overwritten, uploading as %s instead",
-                        key.format(), key.node_id, fresh.format())
+            log.warning(
+                "WAL object key %s already holds another object (another broker process with node "
+                "id %d, or a clock stepped back?): not overwritten, uploading as %s instead",
+                key.format(),
+                key.node_id,
+                fresh.format(),
+            )
             key = fresh
         raise AssertionError("unreachable")
 
@@ -294,8 +332,9 @@ class WalWriter:
 
     def _release(self, size: int) -> None:
         self._inflight_bytes -= size
-        while self._waiting and (self._inflight_bytes == 0
-                                 or self._inflight_bytes + self._waiting[0].size <= self._max_inflight_bytes):
+        while self._waiting and (
+            self._inflight_bytes == 0 or self._inflight_bytes + self._waiting[0].size <= self._max_inflight_bytes
+        ):
             waiting = self._waiting.popleft()
             self._admit(waiting.appends, waiting.futures, waiting.size, waiting.admitted)
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)

@@ -21,7 +21,7 @@ def subscribed_topics(metadata: bytes) -> set[str]:
             pos += 2
             if size < 0 or pos + size > len(metadata):
                 return set()
-            topics.add(metadata[pos:pos + size].decode("utf-8"))
+            topics.add(metadata[pos : pos + size].decode("utf-8"))
             pos += size
         return topics
     except (struct.error, UnicodeDecodeError):

@@ -47,10 +47,17 @@ INTERNAL_TOPIC_CONFIGS = {"retention.ms": "-1", "max.message.bytes": "10485760",
 
 
 class GroupCoordinator:
-    def __init__(self, config: "BrokerConfig", catalog: "TopicCatalog", view: "ClusterView",
-                 replicas: "ReplicaManager", clock: "Clock", metrics: "BrokerMetrics",
-                 assign_replicas: Callable[[range, int], dict[int, list[int]]],
-                 new_uuid: Callable[[], "uuid.UUID"]) -> None:
+    def __init__(
+        self,
+        config: "BrokerConfig",
+        catalog: "TopicCatalog",
+        view: "ClusterView",
+        replicas: "ReplicaManager",
+        clock: "Clock",
+        metrics: "BrokerMetrics",
+        assign_replicas: Callable[[range, int], dict[int, list[int]]],
+        new_uuid: Callable[[], "uuid.UUID"],
+    ) -> None:
         """`assign_replicas(partitions, replication factor)` places the offsets topic's replicas."""
         self._config = config
         self._catalog = catalog
@@ -69,12 +76,22 @@ class GroupCoordinator:
         self._metrics = metrics
         self._tasks: list[asyncio.Task[None]] = []
         self._runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
-            offsets_records.OFFSETS_TOPIC, self._partition, self._new_shard, self._now,
+            offsets_records.OFFSETS_TOPIC,
+            self._partition,
+            self._new_shard,
+            self._now,
             write_timeout_ms=config.offsets_commit_timeout_ms,
-            compaction_min_records=config.offsets_topic_compaction_min_records)
+            compaction_min_records=config.offsets_topic_compaction_min_records,
+        )
         self._shard_context = GroupShardContext(
-            self._runtime, self._group_config, self._now, self._clock.monotonic_ms,
-            self._new_uuid, self._metrics, self._count_groups)
+            self._runtime,
+            self._group_config,
+            self._now,
+            self._clock.monotonic_ms,
+            self._new_uuid,
+            self._metrics,
+            self._count_groups,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -92,8 +109,11 @@ class GroupCoordinator:
         self._runtime.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run_retention())]
-        log.info("group coordinator loaded %d groups and %d committed offsets", self._count_groups(),
-                 sum(1 for shard in self._runtime.shards() for _ in shard.offsets.latest.items()))
+        log.info(
+            "group coordinator loaded %d groups and %d committed offsets",
+            self._count_groups(),
+            sum(1 for shard in self._runtime.shards() for _ in shard.offsets.latest.items()),
+        )
 
     async def ensure_offsets_topic(self) -> None:
         """Create __consumer_offsets if missing: at start when enough brokers are up for its
@@ -101,8 +121,11 @@ class GroupCoordinator:
         catalog = self._catalog
         if catalog.get(offsets_records.OFFSETS_TOPIC) is not None:
             return
-        prepared = catalog.prepare(offsets_records.OFFSETS_TOPIC, self._num_partitions, {
-            **INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._config.offsets_topic_segment_bytes)})
+        prepared = catalog.prepare(
+            offsets_records.OFFSETS_TOPIC,
+            self._num_partitions,
+            {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(self._config.offsets_topic_segment_bytes)},
+        )
         prepared.internal = True
         live = sum(1 for b in self._view.brokers.values() if not b.stateless)
         factor = min(self._config.offsets_topic_replication_factor, live)
@@ -149,10 +172,16 @@ class GroupCoordinator:
         return await shard.call(group, lambda: group.leave(self._now(), members))
 
     # -- offsets ---------------------------------------------------------------------------
-    async def commit_offsets(self, group_id: str, *, member_id: str, group_instance_id: str | None,
-                             generation_id: int, api_version: int,
-                             offsets: list[tuple["Topic | None", str, int, int, int, str | None, int]],
-                             ) -> list[int]:
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        api_version: int,
+        offsets: list[tuple["Topic | None", str, int, int, int, str | None, int]],
+    ) -> list[int]:
         """offsets: (topic or None if unknown, name, partition, offset, leader_epoch, metadata,
         expire_timestamp_ms). Returns one error code per entry, in order."""
         shard = self._shard_of(group_id)
@@ -162,8 +191,12 @@ class GroupCoordinator:
                 code = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
                 return [code] * len(offsets)
             group = shard.new_group(group_id)
-        error = await shard.call(group, lambda: group.validate_offset_commit(
-            self._now(), member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id))
+        error = await shard.call(
+            group,
+            lambda: group.validate_offset_commit(
+                self._now(), member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id
+            ),
+        )
         if error != ErrorCode.NONE:
             return [error] * len(offsets)
         now = self._now()
@@ -178,8 +211,9 @@ class GroupCoordinator:
             else:
                 codes.append(ErrorCode.NONE)
                 key = OffsetKey(offsets_records.FORMAT_VERSION, group_id, name, partition)
-                writes.append((key, OffsetValue(offsets_records.FORMAT_VERSION, offset, epoch, metadata, now,
-                                                expire_ms)))
+                writes.append(
+                    (key, OffsetValue(offsets_records.FORMAT_VERSION, offset, epoch, metadata, now, expire_ms))
+                )
         if writes:
             changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
             end = shard.append([(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes], changes)
@@ -189,8 +223,9 @@ class GroupCoordinator:
                 return [failure if c == ErrorCode.NONE else c for c in codes]
         return codes
 
-    def fetch_offsets(self, group_id: str, wanted: Iterable[tuple[str, list[int]]] | None
-                      ) -> dict[str, dict[int, OffsetValue | None]]:
+    def fetch_offsets(
+        self, group_id: str, wanted: Iterable[tuple[str, list[int]]] | None
+    ) -> dict[str, dict[int, OffsetValue | None]]:
         """Committed offsets by topic and partition; None where nothing is committed.
         `wanted` None means every offset of the group."""
         shard = self._shard_of(group_id)
@@ -227,8 +262,12 @@ class GroupCoordinator:
     def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group this coordinator knows."""
         shards = self._runtime.shards()
-        listed = {gid: (g.protocol_type or "", g.state.value) for shard in shards for gid, g in shard.groups.items()
-                  if g.state is not GroupState.DEAD}
+        listed = {
+            gid: (g.protocol_type or "", g.state.value)
+            for shard in shards
+            for gid, g in shard.groups.items()
+            if g.state is not GroupState.DEAD
+        }
         for gid in (gid for shard in shards for gid in shard.offsets.latest.groups()):
             listed.setdefault(gid, ("", GroupState.EMPTY.value))
         return [(gid, ptype, state) for gid, (ptype, state) in sorted(listed.items())]
@@ -295,9 +334,10 @@ class GroupCoordinator:
         index = offsets_records.partition_for(group_id, self._num_partitions)
         shard = self._runtime.shard(index)
         if shard is None:
-            raise ApiError(ErrorCode.NOT_COORDINATOR,
-                           f"this broker does not lead {offsets_records.OFFSETS_TOPIC}-{index}, "
-                           f"which holds group {group_id!r}")
+            raise ApiError(
+                ErrorCode.NOT_COORDINATOR,
+                f"this broker does not lead {offsets_records.OFFSETS_TOPIC}-{index}, which holds group {group_id!r}",
+            )
         return shard
 
     def coordinator_of(self, group_id: str) -> int:

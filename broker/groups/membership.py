@@ -33,11 +33,20 @@ from dataclasses import dataclass
 
 from broker.groups.membership_config import GroupConfig
 from broker.groups.results import (
-    GroupDescription, JoinMember, JoinResult, LeaveResult, MemberDescription, MemberView,
-    Pending, SyncResult,
+    GroupDescription,
+    JoinMember,
+    JoinResult,
+    LeaveResult,
+    MemberDescription,
+    MemberView,
+    Pending,
+    SyncResult,
 )
 from broker.groups.snapshot import (
-    SUPPORTED_SNAPSHOT_VERSIONS, GroupSnapshot, MemberSnapshot, UnknownGroupSnapshotVersionError,
+    SUPPORTED_SNAPSHOT_VERSIONS,
+    GroupSnapshot,
+    MemberSnapshot,
+    UnknownGroupSnapshotVersionError,
 )
 from broker.protocol.errors import ErrorCode
 from broker.randomness import process_uuid
@@ -76,6 +85,7 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 
 class IllegalGroupTransition(Exception):
     """A transition Kafka's table forbids: a bug in this module, never a client error."""
+
 
 DEAD_GROUP_DESCRIPTION = GroupDescription(GroupState.DEAD.value, "", "", ())
 
@@ -256,9 +266,18 @@ class ClassicGroup:
     @staticmethod
     def _view(m: _Member) -> MemberView:
         return MemberView(
-            m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-            m.session_timeout_ms, m.protocol_type, tuple(m.protocols), m.assignment,
-            m.awaiting_join, m.awaiting_sync, m.heartbeat_deadline_ms,
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            m.protocol_type,
+            tuple(m.protocols),
+            m.assignment,
+            m.awaiting_join,
+            m.awaiting_sync,
+            m.heartbeat_deadline_ms,
         )
 
     def describe(self) -> GroupDescription:
@@ -269,8 +288,14 @@ class ClassicGroup:
             assert self._protocol_name is not None
             protocol = self._protocol_name
             members = tuple(
-                MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                  m.metadata(protocol), m.assignment or b"")
+                MemberDescription(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.metadata(protocol),
+                    m.assignment or b"",
+                )
                 for m in self._members.values()
             )
             return GroupDescription(self._state.value, self._protocol_type or "", protocol, members)
@@ -325,16 +350,34 @@ class ClassicGroup:
         now = self._now_ms
         pending = Pending(next(self._ids), "join")
         result = self._join(
-            now, pending, member_id, group_instance_id, client_id, client_host,
-            session_timeout_ms, rebalance_timeout_ms, protocol_type, _dedupe_protocols(protocols),
-            require_known_member_id, supports_skip_assignment,
+            now,
+            pending,
+            member_id,
+            group_instance_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            _dedupe_protocols(protocols),
+            require_known_member_id,
+            supports_skip_assignment,
         )
         return self._finish(now, pending, result)
 
     def _join(
-        self, now: int, pending: Pending, member_id: str, group_instance_id: str | None,
-        client_id: str, client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-        protocol_type: str, protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+        self,
+        now: int,
+        pending: Pending,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
         supports_skip_assignment: bool,
     ) -> JoinResult | None:
         cfg = self.config
@@ -345,14 +388,30 @@ class ClassicGroup:
             result: JoinResult | None = _join_error(UNKNOWN_MEMBER_ID, GROUP_MAX_SIZE_REACHED)
         elif member_id == UNKNOWN_MEMBER_ID:
             result = self._join_new_member(
-                now, pending, group_instance_id, client_id, client_host, session_timeout_ms,
-                rebalance_timeout_ms, protocol_type, protocols, require_known_member_id,
+                now,
+                pending,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
+                require_known_member_id,
                 supports_skip_assignment,
             )
         else:
             result = self._join_current_member(
-                now, pending, member_id, group_instance_id, client_id, client_host,
-                session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                now,
+                pending,
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
             )
         if self._state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(now)
@@ -365,15 +424,21 @@ class ClassicGroup:
             return True
         m = self._members.get(member_id)
         if state is GroupState.PREPARING_REBALANCE:
-            return (m is not None and m.awaiting_join) or (
-                self._num_awaiting_join() < self.config.max_size
-            )
+            return (m is not None and m.awaiting_join) or (self._num_awaiting_join() < self.config.max_size)
         return m is not None or len(self._members) < self.config.max_size
 
     def _join_new_member(
-        self, now: int, pending: Pending, group_instance_id: str | None, client_id: str,
-        client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-        protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+        self,
+        now: int,
+        pending: Pending,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
         supports_skip_assignment: bool,
     ) -> JoinResult | None:
         if self._state is GroupState.DEAD:
@@ -386,23 +451,46 @@ class ClassicGroup:
             old_member_id = self._static_members.get(group_instance_id)
             if old_member_id is not None:
                 return self._update_static_member_and_rebalance(
-                    now, pending, old_member_id, new_member_id, group_instance_id, protocols,
-                    rebalance_timeout_ms, session_timeout_ms, supports_skip_assignment,
+                    now,
+                    pending,
+                    old_member_id,
+                    new_member_id,
+                    group_instance_id,
+                    protocols,
+                    rebalance_timeout_ms,
+                    session_timeout_ms,
+                    supports_skip_assignment,
                 )
         elif require_known_member_id:
             # KIP-394: hand out the id, remember it as pending, and ask for a second join.
             self._pending_members[new_member_id] = now + session_timeout_ms
             return _join_error(new_member_id, ErrorCode.MEMBER_ID_REQUIRED)
         self._add_member_and_rebalance(
-            now, pending, new_member_id, group_instance_id, client_id, client_host,
-            session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+            now,
+            pending,
+            new_member_id,
+            group_instance_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
         )
         return None
 
     def _join_current_member(
-        self, now: int, pending: Pending, member_id: str, group_instance_id: str | None,
-        client_id: str, client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-        protocol_type: str, protocols: list[tuple[str, bytes]],
+        self,
+        now: int,
+        pending: Pending,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
     ) -> JoinResult | None:
         if self._state is GroupState.DEAD:
             return _join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -413,8 +501,16 @@ class ClassicGroup:
                 # Kafka throws IllegalStateException here (pending members are never static).
                 return _join_error(member_id, ErrorCode.UNKNOWN_SERVER_ERROR)
             self._add_member_and_rebalance(
-                now, pending, member_id, None, client_id, client_host, session_timeout_ms,
-                rebalance_timeout_ms, protocol_type, protocols,
+                now,
+                pending,
+                member_id,
+                None,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
             )
             return None
         error = self._validate_current_member(member_id, group_instance_id)
@@ -423,21 +519,18 @@ class ClassicGroup:
         m = self._members[member_id]
         state = self._state
         if state is GroupState.PREPARING_REBALANCE:
-            self._update_member_and_rebalance(
-                now, m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
+            self._update_member_and_rebalance(now, m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
             return None
         if state is GroupState.COMPLETING_REBALANCE:
             if m.matches(protocols):
                 # The member lost the JoinGroup response: answer with the current generation.
                 return self._current_generation_result(m, for_leader_metadata=True)
-            self._update_member_and_rebalance(
-                now, m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
+            self._update_member_and_rebalance(now, m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
             return None
         if state is GroupState.STABLE:
             if self._leader_id == member_id or not m.matches(protocols):
                 # A leader's JoinGroup always forces a rebalance (e.g. topic metadata changed).
-                self._update_member_and_rebalance(
-                    now, m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
+                self._update_member_and_rebalance(now, m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
                 return None
             return self._current_generation_result(m, for_leader_metadata=False)
         # Empty: unexpected for a known member; let it reset and rejoin.
@@ -456,9 +549,16 @@ class ClassicGroup:
         )
 
     def _update_static_member_and_rebalance(
-        self, now: int, pending: Pending, old_member_id: str, new_member_id: str,
-        group_instance_id: str, protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
-        session_timeout_ms: int, supports_skip_assignment: bool,
+        self,
+        now: int,
+        pending: Pending,
+        old_member_id: str,
+        new_member_id: str,
+        group_instance_id: str,
+        protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        supports_skip_assignment: bool,
     ) -> JoinResult | None:
         current_leader = self._leader_id
         m = self._replace_static_member(group_instance_id, old_member_id, new_member_id)
@@ -522,15 +622,28 @@ class ClassicGroup:
         return m
 
     def _add_member_and_rebalance(
-        self, now: int, pending: Pending, member_id: str, group_instance_id: str | None,
-        client_id: str, client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-        protocol_type: str, protocols: list[tuple[str, bytes]],
+        self,
+        now: int,
+        pending: Pending,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
     ) -> None:
         m = _Member(
-            member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
-            client_host=client_host, rebalance_timeout_ms=rebalance_timeout_ms,
-            session_timeout_ms=session_timeout_ms, protocol_type=protocol_type,
-            protocols=protocols, is_new=True,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            client_id=client_id,
+            client_host=client_host,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=protocols,
+            is_new=True,
         )
         if self._state is GroupState.PREPARING_REBALANCE and self._generation_id == 0:
             self._new_member_added = True  # lets InitialDelayedJoin extend the delay
@@ -553,15 +666,24 @@ class ClassicGroup:
         self._pending_members.pop(m.member_id, None)
 
     def _update_member_and_rebalance(
-        self, now: int, m: _Member, protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
-        session_timeout_ms: int, pending: Pending,
+        self,
+        now: int,
+        m: _Member,
+        protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        pending: Pending,
     ) -> None:
         self._update_member(m, protocols, rebalance_timeout_ms, session_timeout_ms, pending)
         self._maybe_prepare_rebalance(now)
 
     def _update_member(
-        self, m: _Member, protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
-        session_timeout_ms: int, pending: Pending | None,
+        self,
+        m: _Member,
+        protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        pending: Pending | None,
     ) -> None:
         m.protocols = protocols
         m.rebalance_timeout_ms = rebalance_timeout_ms
@@ -611,10 +733,7 @@ class ClassicGroup:
     def _current_member_metadata(self) -> tuple[JoinMember, ...]:
         assert self._protocol_name is not None
         protocol = self._protocol_name
-        return tuple(
-            JoinMember(m.member_id, m.group_instance_id, m.metadata(protocol))
-            for m in self._members.values()
-        )
+        return tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata(protocol)) for m in self._members.values())
 
     def _validate_current_member(self, member_id: str, group_instance_id: str | None) -> int | None:
         # GroupCoordinator.validateCurrentMember / ClassicGroup.validateMember
@@ -651,7 +770,9 @@ class ClassicGroup:
         if self._state is GroupState.EMPTY:
             delay = self.config.initial_rebalance_delay_ms
             timer = _JoinTimer(
-                deadline_ms=now + delay, initial=True, delay_ms=delay,
+                deadline_ms=now + delay,
+                initial=True,
+                delay_ms=delay,
                 remaining_ms=max(self._rebalance_timeout_ms() - delay, 0),
             )
         else:
@@ -752,12 +873,15 @@ class ClassicGroup:
         ok = error == ErrorCode.NONE
         for m in self._members.values():
             if m.sync_pending is not None:
-                self._complete(m.sync_pending, SyncResult(
-                    error_code=error,
-                    protocol_type=self._protocol_type if ok else None,
-                    protocol_name=self._protocol_name if ok else None,
-                    assignment=(m.assignment or b"") if ok else b"",
-                ))
+                self._complete(
+                    m.sync_pending,
+                    SyncResult(
+                        error_code=error,
+                        protocol_type=self._protocol_type if ok else None,
+                        protocol_name=self._protocol_name if ok else None,
+                        assignment=(m.assignment or b"") if ok else b"",
+                    ),
+                )
                 m.sync_pending = None
                 m.heartbeat_deadline_ms = now + m.session_timeout_ms
 
@@ -766,7 +890,8 @@ class ClassicGroup:
         assert t is not None
         self._sync_timer = None
         if t.generation_id != self._generation_id or self._state not in (
-            GroupState.COMPLETING_REBALANCE, GroupState.STABLE
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.STABLE,
         ):
             return
         if self._pending_sync:
@@ -803,9 +928,7 @@ class ClassicGroup:
         """GroupMetadata.remove, plus answering whatever the member still has parked."""
         m = self._members.pop(member_id, None)
         if m is not None:
-            if m.group_instance_id is not None and (
-                self._static_members.get(m.group_instance_id) == member_id
-            ):
+            if m.group_instance_id is not None and (self._static_members.get(m.group_instance_id) == member_id):
                 del self._static_members[m.group_instance_id]
             if m.join_pending is not None:
                 self._complete(m.join_pending, _join_error(UNKNOWN_MEMBER_ID, join_error))
@@ -850,13 +973,20 @@ class ClassicGroup:
         self._advance(now_ms)
         now = self._now_ms
         pending = Pending(next(self._ids), "sync")
-        result = self._sync(now, pending, member_id, group_instance_id, generation_id,
-                            protocol_type, protocol_name, assignments or {})
+        result = self._sync(
+            now, pending, member_id, group_instance_id, generation_id, protocol_type, protocol_name, assignments or {}
+        )
         return self._finish(now, pending, result)
 
     def _sync(
-        self, now: int, pending: Pending, member_id: str, group_instance_id: str | None,
-        generation_id: int, protocol_type: str | None, protocol_name: str | None,
+        self,
+        now: int,
+        pending: Pending,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
         assignments: Mapping[str, bytes],
     ) -> SyncResult | None:
         if self._state is GroupState.DEAD:
@@ -892,23 +1022,18 @@ class ClassicGroup:
         # Stable: hand out the current assignment.
         self._pending_sync.discard(member_id)
         m.heartbeat_deadline_ms = now + m.session_timeout_ms
-        return SyncResult(ErrorCode.NONE, self._protocol_type, self._protocol_name,
-                          m.assignment or b"")
+        return SyncResult(ErrorCode.NONE, self._protocol_type, self._protocol_name, m.assignment or b"")
 
     # ---- Heartbeat --------------------------------------------------------------------------
 
-    def heartbeat(
-        self, now_ms: int, *, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> int:
+    def heartbeat(self, now_ms: int, *, member_id: str, group_instance_id: str | None, generation_id: int) -> int:
         self._advance(now_ms)
         now = self._now_ms
         error = self._heartbeat(now, member_id, group_instance_id, generation_id)
         self._advance(now)
         return error
 
-    def _heartbeat(
-        self, now: int, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> int:
+    def _heartbeat(self, now: int, member_id: str, group_instance_id: str | None, generation_id: int) -> int:
         if self._state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = self._validate_current_member(member_id, group_instance_id)
@@ -937,8 +1062,7 @@ class ClassicGroup:
         errors: list[int] = []
         for member_id, group_instance_id in leaving:
             if member_id == UNKNOWN_MEMBER_ID:
-                current = (self._static_members.get(group_instance_id)
-                           if group_instance_id is not None else None)
+                current = self._static_members.get(group_instance_id) if group_instance_id is not None else None
                 if current is None:
                     errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
                 else:
@@ -1051,8 +1175,7 @@ class ClassicGroup:
         members or Empty; every member gets a fresh session deadline; a group above
         ``group.max.size`` starts a rebalance."""
         if snapshot.version not in SUPPORTED_SNAPSHOT_VERSIONS:
-            raise UnknownGroupSnapshotVersionError(
-                f"group snapshot version {snapshot.version} is not supported")
+            raise UnknownGroupSnapshotVersionError(f"group snapshot version {snapshot.version} is not supported")
         group = cls(snapshot.group_id, config, new_uuid=new_uuid, now_ms=now_ms)
         group._generation_id = snapshot.generation_id
         group._protocol_type = snapshot.protocol_type or None
@@ -1064,8 +1187,10 @@ class ClassicGroup:
             group._state = GroupState.STABLE
         for ms in snapshot.members:
             m = _Member(
-                member_id=ms.member_id, group_instance_id=ms.group_instance_id,
-                client_id=ms.client_id, client_host=ms.client_host,
+                member_id=ms.member_id,
+                group_instance_id=ms.group_instance_id,
+                client_id=ms.client_id,
+                client_host=ms.client_host,
                 rebalance_timeout_ms=ms.rebalance_timeout_ms,
                 session_timeout_ms=ms.session_timeout_ms,
                 protocol_type=snapshot.protocol_type or "",
@@ -1166,6 +1291,11 @@ class ClassicGroup:
 
 
 __all__ = [
-    "DEAD_GROUP_DESCRIPTION", "GROUP_MAX_SIZE_REACHED", "UNKNOWN_MEMBER_ID", "VALID_PREVIOUS_STATES",
-    "ClassicGroup", "GroupState", "IllegalGroupTransition",
+    "DEAD_GROUP_DESCRIPTION",
+    "GROUP_MAX_SIZE_REACHED",
+    "UNKNOWN_MEMBER_ID",
+    "VALID_PREVIOUS_STATES",
+    "ClassicGroup",
+    "GroupState",
+    "IllegalGroupTransition",
 ]

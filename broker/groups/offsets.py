@@ -19,7 +19,6 @@ from ..partition_ids import TopicPartition
 from .offsets_records import OffsetValue
 
 
-
 class OffsetStore:
     def __init__(self) -> None:
         self._by_group: dict[str, dict[TopicPartition, OffsetValue]] = defaultdict(dict)
@@ -57,8 +56,9 @@ class OffsetStore:
         """(group, partition) of every offset committed for `topic` (to clean up a deleted topic)."""
         return [(g, p) for g, t, p, _ in self.items() if t == topic]
 
-    def expired(self, now_ms: int, retention_ms: int,
-                empty_since_ms: Callable[[str], int | None]) -> list[tuple[str, str, int]]:
+    def expired(
+        self, now_ms: int, retention_ms: int, empty_since_ms: Callable[[str], int | None]
+    ) -> list[tuple[str, str, int]]:
         """Offsets due for removal. `empty_since_ms(group)` is when the group became empty,
         None while it has members; groups unknown to the membership side count as
         'never had members' and expire by commit time."""
@@ -108,8 +108,7 @@ class ReplicatedOffsets:
 
     def is_pending(self, group: str, topic: str, partition: int) -> bool:
         """A change of this offset is appended and not yet replicated."""
-        return any((g, t, p) == (group, topic, partition)
-                   for _end, changes in self._pending for g, t, p, _v in changes)
+        return any((g, t, p) == (group, topic, partition) for _end, changes in self._pending for g, t, p, _v in changes)
 
 
 def _apply(store: OffsetStore, group: str, topic: str, partition: int, value: OffsetValue | None) -> None:

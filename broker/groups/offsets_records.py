@@ -78,4 +78,3 @@ def java_string_hash(text: str) -> int:
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`."""
     return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
-

@@ -58,8 +58,14 @@ class GroupShard:
         for raw_key, value in batch:
             key = offsets_records.decode_key(raw_key)
             if isinstance(key, OffsetKey):
-                changes.append((key.group, key.topic, key.partition,
-                                None if value is None else offsets_records.decode_offset(value)))
+                changes.append(
+                    (
+                        key.group,
+                        key.topic,
+                        key.partition,
+                        None if value is None else offsets_records.decode_offset(value),
+                    )
+                )
             else:
                 self._loaded_snapshots[key.group] = value
         self.offsets.appended(end_offset, changes)
@@ -70,7 +76,8 @@ class GroupShard:
         for group_id, value in self._loaded_snapshots.items():
             if value is not None:
                 group = self.groups[group_id] = ClassicGroup.from_snapshot(
-                    decode_snapshot(value), self._context.config, now, new_uuid=self._context.new_uuid)
+                    decode_snapshot(value), self._context.config, now, new_uuid=self._context.new_uuid
+                )
                 self._arm(group)
         self._loaded_snapshots = {}
 
@@ -81,11 +88,19 @@ class GroupShard:
         live: list[Record] = []
         for group_id, group in self.groups.items():
             if group.state is not GroupState.DEAD:
-                live.append((offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group_id)),
-                             encode_snapshot(group.to_snapshot())))
+                live.append(
+                    (
+                        offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group_id)),
+                        encode_snapshot(group.to_snapshot()),
+                    )
+                )
         for group_id, topic, p, value in self.offsets.latest.items():
-            live.append((offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, topic, p)),
-                         offsets_records.encode(value)))
+            live.append(
+                (
+                    offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, topic, p)),
+                    offsets_records.encode(value),
+                )
+            )
         return live
 
     def on_unloaded(self) -> None:
@@ -98,8 +113,9 @@ class GroupShard:
 
     # -- driving the state machines --------------------------------------------------------
     def new_group(self, group_id: str) -> ClassicGroup:
-        group = self.groups[group_id] = ClassicGroup(group_id, self._context.config, new_uuid=self._context.new_uuid,
-                                                     now_ms=self._context.now_ms())
+        group = self.groups[group_id] = ClassicGroup(
+            group_id, self._context.config, new_uuid=self._context.new_uuid, now_ms=self._context.now_ms()
+        )
         return group
 
     def note_join(self, group_id: str) -> None:
@@ -131,7 +147,8 @@ class GroupShard:
         if rebalanced and group.group_id in self._last_join_at:
             metrics.group_rebalances.inc()
             metrics.group_rebalance_seconds.observe(
-                (self._context.monotonic_ms() - self._last_join_at[group.group_id]) / 1000)
+                (self._context.monotonic_ms() - self._last_join_at[group.group_id]) / 1000
+            )
         if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
             self._last_join_at.pop(group.group_id, None)
@@ -155,8 +172,7 @@ class GroupShard:
     def append(self, items: list[Record], changes: list[OffsetChange] | None = None) -> int:
         """Append to this shard's partition (`changes`: the offsets these records set or
         delete); returns the log end offset after it."""
-        return self._context.runtime.append(self.index, items,
-                                            lambda end: self.offsets.appended(end, changes or []))
+        return self._context.runtime.append(self.index, items, lambda end: self.offsets.appended(end, changes or []))
 
     def remove_offsets(self, doomed: list[tuple[str, str, int]]) -> int | None:
         """Append tombstones for the offsets that exist; the log end offset to wait for, None
@@ -169,7 +185,8 @@ class GroupShard:
         for group_id, keys in by_group.items():
             tombstones: list[Record] = [
                 (offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, t, p)), None)
-                for t, p in keys]
+                for t, p in keys
+            ]
             changes: list[OffsetChange] = [(group_id, t, p, None) for t, p in keys]
             end = self.append(tombstones, changes)
         return end
@@ -185,8 +202,11 @@ class GroupShard:
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
         """Remove the offsets due (KIP-211; not those with a change still replicating), and
         Empty groups left without offsets; how many offsets expired."""
-        due = [(g, t, p) for g, t, p in self.offsets.committed.expired(now_ms, retention_ms, self._empty_since)
-               if not self.offsets.is_pending(g, t, p)]
+        due = [
+            (g, t, p)
+            for g, t, p in self.offsets.committed.expired(now_ms, retention_ms, self._empty_since)
+            if not self.offsets.is_pending(g, t, p)
+        ]
         self.remove_offsets(due)
         for group_id in {g for g, _, _ in due}:
             group = self.groups.get(group_id)

@@ -49,7 +49,6 @@ def decode_snapshot(data: bytes) -> GroupSnapshot:
     version = msgspec.msgpack.decode(data, type=_VersionOnly).version
     if version not in SUPPORTED_SNAPSHOT_VERSIONS:
         raise UnknownGroupSnapshotVersionError(
-            f"group snapshot version {version} is not supported "
-            f"(known: {sorted(SUPPORTED_SNAPSHOT_VERSIONS)})"
+            f"group snapshot version {version} is not supported (known: {sorted(SUPPORTED_SNAPSHOT_VERSIONS)})"
         )
     return msgspec.msgpack.decode(data, type=GroupSnapshot)

@@ -6,11 +6,32 @@ from __future__ import annotations
 import importlib
 
 _MODULES = (
-    "api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
-    "init_producer_id", "create_topics", "delete_topics", "create_partitions", "describe_configs",
-    "alter_configs", "incremental_alter_configs", "describe_cluster", "delete_records",
-    "join_group", "sync_group", "heartbeat", "leave_group", "offset_commit", "offset_fetch",
-    "list_groups", "describe_groups", "delete_groups", "offset_delete", "offset_for_leader_epoch",
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "find_coordinator",
+    "init_producer_id",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
+    "describe_cluster",
+    "delete_records",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "list_groups",
+    "describe_groups",
+    "delete_groups",
+    "offset_delete",
+    "offset_for_leader_epoch",
 )
 
 

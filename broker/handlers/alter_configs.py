@@ -21,11 +21,24 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: AlterCo
         try:
             if require_resource_type(resource.resource_type) == ResourceType.BROKER:
                 raise ApiError(ErrorCode.INVALID_REQUEST, STATIC_BROKER_MESSAGE)
-            await alter_topic(broker, resource.resource_name, {c.name: c.value for c in resource.configs},
-                              request.validate_only)
-            results.append(_Result(error_code=0, error_message=None, resource_type=resource.resource_type,
-                                   resource_name=resource.resource_name))
+            await alter_topic(
+                broker, resource.resource_name, {c.name: c.value for c in resource.configs}, request.validate_only
+            )
+            results.append(
+                _Result(
+                    error_code=0,
+                    error_message=None,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
         except ApiError as exc:
-            results.append(_Result(error_code=exc.code, error_message=exc.message,
-                                   resource_type=resource.resource_type, resource_name=resource.resource_name))
+            results.append(
+                _Result(
+                    error_code=exc.code,
+                    error_message=exc.message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
     return AlterConfigsResponse(throttle_time_ms=0, responses=results)

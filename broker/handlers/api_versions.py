@@ -15,6 +15,7 @@ _ApiVersion = ApiVersionsResponse.ApiVersion
 @api(ApiKey.API_VERSIONS)
 async def handle(broker: HandlerContext, header: RequestHeader, request: ApiVersionsRequest) -> ApiVersionsResponse:
     return ApiVersionsResponse(
-        error_code=0, throttle_time_ms=0,
+        error_code=0,
+        throttle_time_ms=0,
         api_keys=[_ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in supported_versions()],
     )

@@ -40,8 +40,9 @@ def require_resource_type(resource_type: int) -> ResourceType:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported config resource type {resource_type}") from None
 
 
-async def alter_topic(broker: HandlerContext, topic_name: str, overrides: Mapping[str, str | None],
-                      validate_only: bool) -> None:
+async def alter_topic(
+    broker: HandlerContext, topic_name: str, overrides: Mapping[str, str | None], validate_only: bool
+) -> None:
     """Replace a topic's overrides (validated) unless validate_only."""
     topic: Topic | None = broker.catalog.get(topic_name)
     if topic is None:
@@ -52,5 +53,7 @@ async def alter_topic(broker: HandlerContext, topic_name: str, overrides: Mappin
         await broker.catalog.set_configs(topic_name, dict(overrides))
 
 
-STATIC_BROKER_MESSAGE = ("broker configs are static in this version: change them in the config file, "
-                         "SHOAL_* environment or flags, and restart")
+STATIC_BROKER_MESSAGE = (
+    "broker configs are static in this version: change them in the config file, "
+    "SHOAL_* environment or flags, and restart"
+)

@@ -16,8 +16,9 @@ _Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
 @api(ApiKey.CREATE_PARTITIONS)
-async def handle(broker: HandlerContext, header: RequestHeader,
-                 request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+async def handle(
+    broker: HandlerContext, header: RequestHeader, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
     results = []
     for wanted in request.topics:
         try:
@@ -40,13 +41,16 @@ async def handle(broker: HandlerContext, header: RequestHeader,
 def _manual(broker: HandlerContext, new: range, assignments: list[Any]) -> dict[int, list[int]]:
     live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
     if len(assignments) != len(new):
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                       f"{len(assignments)} assignments given for {len(new)} new partitions")
+        raise ApiError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{len(assignments)} assignments given for {len(new)} new partitions"
+        )
     result = {}
     for index, assignment in zip(new, assignments):
         replicas = list(assignment.broker_ids)
         if not replicas or not set(replicas) <= live or len(set(replicas)) != len(replicas):
-            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                           f"replicas {replicas} must be distinct live brokers {sorted(live)}")
+            raise ApiError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replicas {replicas} must be distinct live brokers {sorted(live)}",
+            )
         result[index] = replicas
     return result

@@ -27,8 +27,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: CreateT
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request has duplicate topic {creatable.name}")
             seen.add(creatable.name)
             partitions, factor = _partition_count(broker, creatable)
-            topic = broker.catalog.prepare(creatable.name, partitions,
-                                           {c.name: c.value for c in creatable.configs})
+            topic = broker.catalog.prepare(creatable.name, partitions, {c.name: c.value for c in creatable.configs})
             if creatable.assignments:
                 assignment = {a.partition_index: list(a.broker_ids) for a in creatable.assignments}
             else:
@@ -37,14 +36,31 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: CreateT
             if not request.validate_only:
                 topic = await broker.catalog.create(topic, assignment)
         except ApiError as exc:
-            results.append(_Result(name=creatable.name, error_code=exc.code, error_message=exc.message,
-                                   num_partitions=-1, replication_factor=-1, configs=[]))
+            results.append(
+                _Result(
+                    name=creatable.name,
+                    error_code=exc.code,
+                    error_message=exc.message,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=[],
+                )
+            )
             continue
-        results.append(_Result(
-            name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None,
-            num_partitions=topic.partitions, replication_factor=factor,
-            configs=[_Config(name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False)
-                     for e in describe(topic.configs, broker.config)]))
+        results.append(
+            _Result(
+                name=topic.name,
+                topic_id=topic.topic_id,
+                error_code=0,
+                error_message=None,
+                num_partitions=topic.partitions,
+                replication_factor=factor,
+                configs=[
+                    _Config(name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False)
+                    for e in describe(topic.configs, broker.config)
+                ],
+            )
+        )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
@@ -54,22 +70,31 @@ def _partition_count(broker: HandlerContext, creatable: Any) -> tuple[int, int]:
     live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
     if creatable.assignments:
         if creatable.num_partitions != -1 or creatable.replication_factor != -1:
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                           "Both numPartitions or replicationFactor and replicasAssignments were set.")
+            raise ApiError(
+                ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments were set."
+            )
         indexes = sorted(a.partition_index for a in creatable.assignments)
         if indexes != list(range(len(indexes))):
             raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1 without gaps")
         for assignment in creatable.assignments:
-            if not assignment.broker_ids or not set(assignment.broker_ids) <= live or \
-                    len(set(assignment.broker_ids)) != len(assignment.broker_ids):
-                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                               f"replicas {assignment.broker_ids} must be distinct live brokers {sorted(live)}")
+            if (
+                not assignment.broker_ids
+                or not set(assignment.broker_ids) <= live
+                or len(set(assignment.broker_ids)) != len(assignment.broker_ids)
+            ):
+                raise ApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"replicas {assignment.broker_ids} must be distinct live brokers {sorted(live)}",
+                )
         return len(indexes), len(creatable.assignments[0].broker_ids)
     factor = creatable.replication_factor
     if factor == -1:
         factor = broker.config.default_replication_factor
     if factor < 1 or factor > len(live):
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                       f"Replication factor: {factor} larger than available brokers: {len(live)}." if factor > 0
-                       else "Replication factor must be larger than 0.")
+        raise ApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {factor} larger than available brokers: {len(live)}."
+            if factor > 0
+            else "Replication factor must be larger than 0.",
+        )
     return creatable.num_partitions, factor

@@ -26,14 +26,18 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteR
                 log = partition.log
                 offset = log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
                 if offset < 0 or offset > log.high_watermark:  # as Kafka: below the start is a no-op
-                    raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                   f"offset {offset} is not in [0, {log.high_watermark}] (the high watermark)")
+                    raise ApiError(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"offset {offset} is not in [0, {log.high_watermark}] (the high watermark)",
+                    )
                 offset = max(offset, log.log_start_offset)
                 log.delete_records_before(offset)
-                partitions.append(_Partition(partition_index=item.partition_index, low_watermark=log.log_start_offset,
-                                             error_code=0))
+                partitions.append(
+                    _Partition(partition_index=item.partition_index, low_watermark=log.log_start_offset, error_code=0)
+                )
             except ApiError as exc:
-                partitions.append(_Partition(partition_index=item.partition_index, low_watermark=-1,
-                                             error_code=exc.code))
+                partitions.append(
+                    _Partition(partition_index=item.partition_index, low_watermark=-1, error_code=exc.code)
+                )
         topics.append(_Topic(name=wanted.name, partitions=partitions))
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -27,6 +27,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteT
             await broker.catalog.delete(topic.name)
             results.append(_Result(name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None))
         except ApiError as exc:
-            results.append(_Result(name=name, topic_id=topic_id or ZERO_UUID, error_code=exc.code,
-                                   error_message=exc.message))
+            results.append(
+                _Result(name=name, topic_id=topic_id or ZERO_UUID, error_code=exc.code, error_message=exc.message)
+            )
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)

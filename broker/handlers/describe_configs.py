@@ -20,8 +20,9 @@ _Synonym = _Config.DescribeConfigsSynonym
 
 
 @api(ApiKey.DESCRIBE_CONFIGS)
-async def handle(broker: HandlerContext, header: RequestHeader,
-                 request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+async def handle(
+    broker: HandlerContext, header: RequestHeader, request: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
     results = []
     for resource in request.resources:
         try:
@@ -35,20 +36,41 @@ async def handle(broker: HandlerContext, header: RequestHeader,
                 check_broker_resource(broker, resource.resource_name)
                 entries = broker_entries(broker)
         except ApiError as exc:
-            results.append(_Result(error_code=exc.code, error_message=exc.message,
-                                   resource_type=resource.resource_type, resource_name=resource.resource_name,
-                                   configs=[]))
+            results.append(
+                _Result(
+                    error_code=exc.code,
+                    error_message=exc.message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=[],
+                )
+            )
             continue
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         configs = [
-            _Config(name=e.name, value=e.value, read_only=kind == ResourceType.BROKER, config_source=e.source,
-                    is_default=e.source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
-                    synonyms=_synonyms(broker, e) if request.include_synonyms else [],
-                    config_type=e.type, documentation=e.doc if request.include_documentation else None)
-            for e in entries if keys is None or e.name in keys
+            _Config(
+                name=e.name,
+                value=e.value,
+                read_only=kind == ResourceType.BROKER,
+                config_source=e.source,
+                is_default=e.source == ConfigSource.DEFAULT_CONFIG,
+                is_sensitive=False,
+                synonyms=_synonyms(broker, e) if request.include_synonyms else [],
+                config_type=e.type,
+                documentation=e.doc if request.include_documentation else None,
+            )
+            for e in entries
+            if keys is None or e.name in keys
         ]
-        results.append(_Result(error_code=0, error_message=None, resource_type=resource.resource_type,
-                               resource_name=resource.resource_name, configs=configs))
+        results.append(
+            _Result(
+                error_code=0,
+                error_message=None,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=configs,
+            )
+        )
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
@@ -60,6 +82,11 @@ def _synonyms(broker: HandlerContext, entry: ConfigEntry) -> list[Any]:
     definition = TOPIC_CONFIGS.get(entry.name)
     if definition is not None and definition.synonym.replace(".", "_") in broker.config.__struct_fields__:
         value, explicit = broker_value(broker.config, definition.synonym)
-        found.append(_Synonym(name=definition.synonym, value=value,
-                              source=ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG))
+        found.append(
+            _Synonym(
+                name=definition.synonym,
+                value=value,
+                source=ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG,
+            )
+        )
     return found

@@ -67,8 +67,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: FetchRe
             await broker.waiters.wait(keys, remaining)
 
 
-async def _wait_mixed(broker: HandlerContext, wanted_remote: list[Wanted], keys: list[Hashable],
-                      remaining: float) -> dict[tuple[str, int], RemoteRead] | None:
+async def _wait_mixed(
+    broker: HandlerContext, wanted_remote: list[Wanted], keys: list[Hashable], remaining: float
+) -> dict[tuple[str, int], RemoteRead] | None:
     """Long-poll the remote partitions at their replicas while waiting for local appends:
     whichever comes first wakes the fetch, so a commit on either side reaches a tailing
     consumer at once. Returns the remote answer if it came first (None: read them again)."""
@@ -122,8 +123,11 @@ async def _resolve(broker: HandlerContext, found: Found) -> None:
         response.records = b"".join(served)
 
 
-def _read_all(broker: HandlerContext, request: FetchRequest, remote: dict[tuple[str, int], RemoteRead],
-              ) -> tuple[list[Any], int, bool, list[Hashable], Found]:
+def _read_all(
+    broker: HandlerContext,
+    request: FetchRequest,
+    remote: dict[tuple[str, int], RemoteRead],
+) -> tuple[list[Any], int, bool, list[Hashable], Found]:
     """Every partition's entries (local, or as a remote replica sent them), sized by KIP-74
     across the request; errors per partition."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -177,10 +181,15 @@ def _read_all(broker: HandlerContext, request: FetchRequest, remote: dict[tuple[
                 first_batch_pending = False
                 total += sum(e.header.size for e in entries)
             response = _Partition(
-                partition_index=index, error_code=0, high_watermark=high_watermark,
+                partition_index=index,
+                error_code=0,
+                high_watermark=high_watermark,
                 last_stable_offset=high_watermark,
                 log_start_offset=log_start_offset,
-                aborted_transactions=aborted, preferred_read_replica=-1, records=b"")
+                aborted_transactions=aborted,
+                preferred_read_replica=-1,
+                records=b"",
+            )
             partitions.append(response)
             if entries:
                 found.append((response, entries))
@@ -222,8 +231,12 @@ def _within(entries: list[LogEntry], limit: int, first_batch_pending: bool) -> l
 def _error(index: int, code: ErrorCode, partition: Partition | None) -> Any:
     log = partition.log if partition is not None else None
     return _Partition(
-        partition_index=index, error_code=code,
+        partition_index=index,
+        error_code=code,
         high_watermark=log.high_watermark if log else -1,
         last_stable_offset=log.high_watermark if log else -1,
         log_start_offset=log.log_start_offset if log else -1,
-        aborted_transactions=None, preferred_read_replica=-1, records=b"")
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=b"",
+    )

@@ -17,20 +17,27 @@ _NO_TRANSACTIONS = "transactions are not supported by this broker yet"
 
 
 @api(ApiKey.FIND_COORDINATOR)
-async def handle(broker: HandlerContext, header: RequestHeader,
-                 request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+async def handle(
+    broker: HandlerContext, header: RequestHeader, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
     if request.key_type == GROUP_KEY_TYPE:
         await broker.groups.ensure_offsets_topic()
     found = [_find(broker, request.key_type, key) for key in keys]
     if header.api_version >= 4:
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
-            FindCoordinatorResponse.Coordinator(key=key, node_id=node, host=host, port=port,
-                                                error_code=code, error_message=message)
-            for key, (code, message, node, host, port) in zip(keys, found)])
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            coordinators=[
+                FindCoordinatorResponse.Coordinator(
+                    key=key, node_id=node, host=host, port=port, error_code=code, error_message=message
+                )
+                for key, (code, message, node, host, port) in zip(keys, found)
+            ],
+        )
     code, message, node, host, port = found[0]
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
-                                   node_id=node, host=host, port=port)
+    return FindCoordinatorResponse(
+        throttle_time_ms=0, error_code=code, error_message=message, node_id=node, host=host, port=port
+    )
 
 
 def _find(broker: HandlerContext, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:

@@ -15,9 +15,11 @@ from .registry import api
 async def handle(broker: HandlerContext, header: RequestHeader, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
         code = await broker.groups.heartbeat(
-            request.group_id, member_id=request.member_id,
+            request.group_id,
+            member_id=request.member_id,
             group_instance_id=request.group_instance_id if header.api_version >= 3 else None,
-            generation_id=request.generation_id)
+            generation_id=request.generation_id,
+        )
     except ApiError as exc:
         code = exc.code
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)

@@ -25,8 +25,9 @@ class Op(IntEnum):
 
 
 @api(ApiKey.INCREMENTAL_ALTER_CONFIGS)
-async def handle(broker: HandlerContext, header: RequestHeader,
-                 request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+async def handle(
+    broker: HandlerContext, header: RequestHeader, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
     results = []
     for resource in request.resources:
         try:
@@ -40,11 +41,23 @@ async def handle(broker: HandlerContext, header: RequestHeader,
             for change in resource.configs:
                 _apply(overrides, effective, change.name, change.config_operation, change.value)
             await alter_topic(broker, topic.name, overrides, request.validate_only)
-            results.append(_Result(error_code=0, error_message=None, resource_type=resource.resource_type,
-                                   resource_name=resource.resource_name))
+            results.append(
+                _Result(
+                    error_code=0,
+                    error_message=None,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
         except ApiError as exc:
-            results.append(_Result(error_code=exc.code, error_message=exc.message,
-                                   resource_type=resource.resource_type, resource_name=resource.resource_name))
+            results.append(
+                _Result(
+                    error_code=exc.code,
+                    error_message=exc.message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
 
 
@@ -62,9 +75,14 @@ def _apply(overrides: dict[str, str | None], effective: dict[str, str], name: st
         overrides.pop(name, None)
     else:
         if definition.type != ConfigType.LIST:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"Config value append/subtract is not allowed for config key {name}")
+            raise ApiError(
+                ErrorCode.INVALID_CONFIG, f"Config value append/subtract is not allowed for config key {name}"
+            )
         items = [v for v in (overrides.get(name) or effective[name]).split(",") if v]
         delta = [v for v in (value or "").split(",") if v]
-        items = items + [v for v in delta if v not in items] if operation == Op.APPEND else \
-            [v for v in items if v not in delta]
+        items = (
+            items + [v for v in delta if v not in items]
+            if operation == Op.APPEND
+            else [v for v in items if v not in delta]
+        )
         overrides[name] = ",".join(items)

@@ -14,10 +14,12 @@ from .registry import api
 
 
 @api(ApiKey.INIT_PRODUCER_ID)
-async def handle(broker: HandlerContext, header: RequestHeader,
-                 request: InitProducerIdRequest) -> InitProducerIdResponse:
+async def handle(
+    broker: HandlerContext, header: RequestHeader, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
     if request.transactional_id is not None:
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
-                                      producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(
+            throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1
+        )
     producer_id = await broker.producer_ids.next_id()
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)

@@ -18,24 +18,43 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: JoinGro
     version = header.api_version
     try:
         result = await broker.groups.join(
-            request.group_id, member_id=request.member_id,
+            request.group_id,
+            member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 5 else None,
-            client_id=header.client_id or "", client_host=header.client_host,
+            client_id=header.client_id or "",
+            client_host=header.client_host,
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
             protocol_type=request.protocol_type,
             protocols=[(p.name, p.metadata) for p in request.protocols],
-            require_known_member_id=version >= 4, supports_skip_assignment=version >= 9)
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+        )
     except ApiError as exc:
-        return JoinGroupResponse(throttle_time_ms=0, error_code=exc.code, generation_id=-1,
-                                 protocol_type=None, protocol_name=None if version >= 7 else "",
-                                 leader="", member_id=request.member_id, members=[])
+        return JoinGroupResponse(
+            throttle_time_ms=0,
+            error_code=exc.code,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if version >= 7 else "",
+            leader="",
+            member_id=request.member_id,
+            members=[],
+        )
     protocol_name = result.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""
     return JoinGroupResponse(
-        throttle_time_ms=0, error_code=result.error_code, generation_id=result.generation_id,
-        protocol_type=result.protocol_type, protocol_name=protocol_name, leader=result.leader,
-        skip_assignment=result.skip_assignment, member_id=result.member_id,
-        members=[_Member(member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
-                 for m in result.members])
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=protocol_name,
+        leader=result.leader,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=[
+            _Member(member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
+            for m in result.members
+        ],
+    )

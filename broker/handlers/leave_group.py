@@ -16,8 +16,9 @@ _Member = LeaveGroupResponse.MemberResponse
 @api(ApiKey.LEAVE_GROUP)
 async def handle(broker: HandlerContext, header: RequestHeader, request: LeaveGroupRequest) -> LeaveGroupResponse:
     batched = header.api_version >= 3
-    members: list[tuple[str, str | None]] = \
+    members: list[tuple[str, str | None]] = (
         [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
+    )
     try:
         result = await broker.groups.leave(request.group_id, members)
     except ApiError as exc:
@@ -26,6 +27,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: LeaveGr
         code = result.error_code or (result.member_errors[0] if result.member_errors else 0)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
     return LeaveGroupResponse(
-        throttle_time_ms=0, error_code=result.error_code,
-        members=[_Member(member_id=m, group_instance_id=i, error_code=e)
-                 for (m, i), e in zip(members, result.member_errors)])
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        members=[
+            _Member(member_id=m, group_instance_id=i, error_code=e) for (m, i), e in zip(members, result.member_errors)
+        ],
+    )

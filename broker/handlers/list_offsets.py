@@ -48,15 +48,34 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
                 partition = broker.replica_manager.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
-                partitions.append(_Partition(partition_index=index, error_code=0, timestamp=timestamp,
-                                             offset=offset, leader_epoch=partition.leader_epoch))
+                partitions.append(
+                    _Partition(
+                        partition_index=index,
+                        error_code=0,
+                        timestamp=timestamp,
+                        offset=offset,
+                        leader_epoch=partition.leader_epoch,
+                    )
+                )
             except ApiError as exc:
-                partitions.append(_Partition(partition_index=index, error_code=exc.code, timestamp=-1, offset=-1,
-                                             leader_epoch=-1))
+                partitions.append(
+                    _Partition(partition_index=index, error_code=exc.code, timestamp=-1, offset=-1, leader_epoch=-1)
+                )
         topics.append(_Topic(name=list_topic.name, partitions=partitions))
-    await elsewhere.fill(broker, header, request, "topics", "partitions", lambda p: _Partition(
-        partition_index=p.partition_index, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, timestamp=-1, offset=-1,
-        leader_epoch=-1))
+    await elsewhere.fill(
+        broker,
+        header,
+        request,
+        "topics",
+        "partitions",
+        lambda p: _Partition(
+            partition_index=p.partition_index,
+            error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            timestamp=-1,
+            offset=-1,
+            leader_epoch=-1,
+        ),
+    )
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
@@ -82,8 +101,9 @@ async def _lookup(broker: HandlerContext, log: PartitionLog, target: int) -> tup
     return await _first_record_at_or_after(broker, entry, target, exact=False)
 
 
-async def _first_record_at_or_after(broker: HandlerContext, entry: LogEntry, target: int,
-                                    exact: bool) -> tuple[int, int]:
+async def _first_record_at_or_after(
+    broker: HandlerContext, entry: LogEntry, target: int, exact: bool
+) -> tuple[int, int]:
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         return header.base_offset, header.max_timestamp

@@ -46,8 +46,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Metadat
     )
 
 
-async def _lookup(broker: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool,
-                  client_az: str | None) -> Any:
+async def _lookup(
+    broker: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool, client_az: str | None
+) -> Any:
     topic = broker.catalog.get(name) if name else None
     if topic is None and topic_id is not None and topic_id != ZERO_UUID:
         topic = broker.catalog.by_id(topic_id)
@@ -58,14 +59,15 @@ async def _lookup(broker: HandlerContext, name: Any, topic_id: uuid.UUID | None,
             try:
                 prepared = broker.catalog.prepare(name, -1, {})
                 factor = broker.config.default_replication_factor
-                topic = await broker.catalog.create(prepared, broker.assign_replicas(range(prepared.partitions), factor))
+                topic = await broker.catalog.create(
+                    prepared, broker.assign_replicas(range(prepared.partitions), factor)
+                )
             except ApiError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     return _Topic(error_code=exc.code, name=name, topic_id=ZERO_UUID, partitions=[])
                 topic = broker.catalog.get(name)
         else:
-            return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID,
-                          partitions=[])
+            return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
     # None only if the topic another client created was deleted at once: that fails the request
     # (its connection closes), as it always has.
     return _describe(broker, topic, client_az)  # type: ignore[arg-type]
@@ -78,18 +80,34 @@ def _describe(broker: HandlerContext, topic: Topic, client_az: str | None) -> An
     for index in range(topic.partitions):
         state = states.get(index)
         if state is None:  # being created: clients retry
-            partitions.append(_Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index,
-                                         leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
-                                         offline_replicas=[]))
+            partitions.append(
+                _Partition(
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=-1,
+                    leader_epoch=-1,
+                    replica_nodes=[],
+                    isr_nodes=[],
+                    offline_replicas=[],
+                )
+            )
             continue
         record = state.record
         error = ErrorCode.NONE if record.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
         leader = record.leader if record.leader in live else -1
         if topic.mode.serves_by_az and leader >= 0:
             leader = broker.router.representative(str(topic.topic_id), index, leader, client_az)
-        partitions.append(_Partition(error_code=error, partition_index=index, leader_id=leader,
-                                     leader_epoch=record.leader_epoch, replica_nodes=list(record.replicas),
-                                     isr_nodes=list(record.isr),
-                                     offline_replicas=[r for r in record.replicas if r not in live]))
-    return _Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
-                  partitions=partitions)
+        partitions.append(
+            _Partition(
+                error_code=error,
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=record.leader_epoch,
+                replica_nodes=list(record.replicas),
+                isr_nodes=list(record.isr),
+                offline_replicas=[r for r in record.replicas if r not in live],
+            )
+        )
+    return _Topic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal, partitions=partitions
+    )

@@ -29,18 +29,39 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetC
             topic = broker.catalog.get(topic_request.name)
         name = topic.name if topic is not None else topic_request.name
         for p in topic_request.partitions:
-            entries.append((topic, name, p.partition_index, p.committed_offset,
-                            p.committed_leader_epoch if version >= 6 else -1, p.committed_metadata, expire_ms))
+            entries.append(
+                (
+                    topic,
+                    name,
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch if version >= 6 else -1,
+                    p.committed_metadata,
+                    expire_ms,
+                )
+            )
     try:
         codes = await broker.groups.commit_offsets(
-            request.group_id, member_id=request.member_id,
+            request.group_id,
+            member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 7 else None,
-            generation_id=request.generation_id_or_member_epoch, api_version=version, offsets=entries)
+            generation_id=request.generation_id_or_member_epoch,
+            api_version=version,
+            offsets=entries,
+        )
     except ApiError as exc:
         codes = [exc.code] * len(entries)
     codes_iter = iter(codes)
-    return OffsetCommitResponse(throttle_time_ms=0, topics=[
-        _Topic(name=t.name, topic_id=t.topic_id,
-               partitions=[_Partition(partition_index=p.partition_index, error_code=next(codes_iter))
-                           for p in t.partitions])
-        for t in request.topics])
+    return OffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            _Topic(
+                name=t.name,
+                topic_id=t.topic_id,
+                partitions=[
+                    _Partition(partition_index=p.partition_index, error_code=next(codes_iter)) for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )

@@ -24,7 +24,16 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetD
     if group_error:
         return OffsetDeleteResponse(error_code=group_error, throttle_time_ms=0, topics=[])
     codes_iter = iter(codes)
-    return OffsetDeleteResponse(error_code=0, throttle_time_ms=0, topics=[
-        _Topic(name=t.name, partitions=[_Partition(partition_index=p.partition_index, error_code=next(codes_iter))
-                                        for p in t.partitions])
-        for t in request.topics])
+    return OffsetDeleteResponse(
+        error_code=0,
+        throttle_time_ms=0,
+        topics=[
+            _Topic(
+                name=t.name,
+                partitions=[
+                    _Partition(partition_index=p.partition_index, error_code=next(codes_iter)) for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )

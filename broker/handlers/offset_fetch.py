@@ -24,13 +24,27 @@ _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetFetchRequest) -> OffsetFetchResponse:
     version = header.api_version
     if version >= 8:
-        return R(throttle_time_ms=0, groups=[_fetch_group(broker, g.group_id, g.topics, version) for g in request.groups])
+        return R(
+            throttle_time_ms=0, groups=[_fetch_group(broker, g.group_id, g.topics, version) for g in request.groups]
+        )
     topics = request.topics if (request.topics is not None or version < 2) else None
     group = _fetch_group(broker, request.group_id, topics, version)
-    old_topics = [_OldTopic(name=t.name, partitions=[
-        _OldPartition(partition_index=p.partition_index, committed_offset=p.committed_offset,
-                      committed_leader_epoch=p.committed_leader_epoch, metadata=p.metadata, error_code=p.error_code)
-        for p in t.partitions]) for t in group.topics]
+    old_topics = [
+        _OldTopic(
+            name=t.name,
+            partitions=[
+                _OldPartition(
+                    partition_index=p.partition_index,
+                    committed_offset=p.committed_offset,
+                    committed_leader_epoch=p.committed_leader_epoch,
+                    metadata=p.metadata,
+                    error_code=p.error_code,
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in group.topics
+    ]
     return R(throttle_time_ms=0, topics=old_topics, error_code=group.error_code)
 
 
@@ -57,9 +71,20 @@ def _fetch_group(broker: HandlerContext, group_id: str, topics: list[Any] | None
         if topic_id is None:
             topic = broker.catalog.get(name)
             topic_id = topic.topic_id if topic is not None else ZERO_UUID
-        result.append(_NewTopic(name=name, topic_id=topic_id, partitions=[
-            _NewPartition(partition_index=p, committed_offset=v.offset if v else -1,
-                          committed_leader_epoch=v.leader_epoch if v else -1,
-                          metadata=(v.metadata if v else "") or "", error_code=ErrorCode.NONE)
-            for p, v in partitions.items()]))
+        result.append(
+            _NewTopic(
+                name=name,
+                topic_id=topic_id,
+                partitions=[
+                    _NewPartition(
+                        partition_index=p,
+                        committed_offset=v.offset if v else -1,
+                        committed_leader_epoch=v.leader_epoch if v else -1,
+                        metadata=(v.metadata if v else "") or "",
+                        error_code=ErrorCode.NONE,
+                    )
+                    for p, v in partitions.items()
+                ],
+            )
+        )
     return _Group(group_id=group_id, topics=result, error_code=ErrorCode.NONE)

@@ -22,8 +22,9 @@ _Partition = _Topic.EpochEndOffset
 
 
 @api(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(2, 4))
-async def handle(broker: HandlerContext, header: RequestHeader,
-                 request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+async def handle(
+    broker: HandlerContext, header: RequestHeader, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
     topics = []
     elsewhere = Forwarded()
     for t_pos, wanted in enumerate(request.topics):
@@ -38,12 +39,22 @@ async def handle(broker: HandlerContext, header: RequestHeader,
                 partition = broker.replica_manager.leader(wanted.topic, asked.partition)  # others send it on
                 check_leader_epoch(asked.current_leader_epoch, partition.leader_epoch)
                 epoch, end = partition.epochs.end_offset_for(asked.leader_epoch, partition.log.log_end_offset)
-                partitions.append(_Partition(error_code=0, partition=asked.partition, leader_epoch=epoch,
-                                             end_offset=end))
+                partitions.append(
+                    _Partition(error_code=0, partition=asked.partition, leader_epoch=epoch, end_offset=end)
+                )
             except ApiError as exc:
-                partitions.append(_Partition(error_code=exc.code, partition=asked.partition, leader_epoch=-1,
-                                             end_offset=-1))
+                partitions.append(
+                    _Partition(error_code=exc.code, partition=asked.partition, leader_epoch=-1, end_offset=-1)
+                )
         topics.append(_Topic(topic=wanted.topic, partitions=partitions))
-    await elsewhere.fill(broker, header, request, "topics", "partitions", lambda p: _Partition(
-        error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=p.partition, leader_epoch=-1, end_offset=-1))
+    await elsewhere.fill(
+        broker,
+        header,
+        request,
+        "topics",
+        "partitions",
+        lambda p: _Partition(
+            error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=p.partition, leader_epoch=-1, end_offset=-1
+        ),
+    )
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

@@ -60,7 +60,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                 if topic.mode.appends_to_wal:
                     _check_representative(broker, topic, data.index, client_az)
                     prepared = prepare_diskless(records, topic.settings, broker.clock.now_ms())
-                    diskless.append((results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared)))
+                    diskless.append(
+                        (results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared))
+                    )
                     results.append(None)
                     continue
                 partition = broker.replica_manager.get(topic.name, data.index)
@@ -72,10 +74,17 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                 metrics.produced_bytes.inc(outcome.appended_bytes)
             if acks == -1:
                 replicating.append((results, len(results), partition, outcome.end_offset))
-            results.append(_Partition(index=data.index, error_code=0, base_offset=outcome.base_offset,
-                                      log_append_time_ms=outcome.log_append_time_ms,
-                                      log_start_offset=outcome.log_start_offset, record_errors=[],
-                                      error_message=None))
+            results.append(
+                _Partition(
+                    index=data.index,
+                    error_code=0,
+                    base_offset=outcome.base_offset,
+                    log_append_time_ms=outcome.log_append_time_ms,
+                    log_start_offset=outcome.log_start_offset,
+                    record_errors=[],
+                    error_message=None,
+                )
+            )
         topics.append(_Topic(name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results))
     if acks == 0 and any(p is not None and p.error_code for t in topics for p in t.partition_responses):
         raise ConnectionFault("acks=0 produce failed for at least one partition")
@@ -87,22 +96,32 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
         if diskless:  # nobody reads the answer, but the request holds its connection's memory until
             await admitted  # the WAL takes its batches: backpressure reaches the socket
         return None
-    await asyncio.gather(_wait_replicated(broker, replicating, request.timeout_ms / 1000),
-                         _wait_committed(broker, diskless, futures))
+    await asyncio.gather(
+        _wait_replicated(broker, replicating, request.timeout_ms / 1000), _wait_committed(broker, diskless, futures)
+    )
     return ProduceResponse(responses=topics, throttle_time_ms=0)
 
 
-async def _wait_committed(broker: HandlerContext, diskless: list[tuple[list[Any], int, PartitionAppend]],
-                          futures: list[asyncio.Future[CommitResult]]) -> None:
+async def _wait_committed(
+    broker: HandlerContext,
+    diskless: list[tuple[list[Any], int, PartitionAppend]],
+    futures: list[asyncio.Future[CommitResult]],
+) -> None:
     """Diskless partitions: answer with the leader's commit (offsets, or why not)."""
     for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
         if result.error_code:
             results[slot] = _error(broker, append.partition, ErrorCode(result.error_code), result.error_message)
             continue
         broker.metrics.produced_bytes.inc(append.size)
-        results[slot] = _Partition(index=append.partition, error_code=0, base_offset=result.base_offset,
-                                   log_append_time_ms=result.log_append_time_ms,
-                                   log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
+        results[slot] = _Partition(
+            index=append.partition,
+            error_code=0,
+            base_offset=result.base_offset,
+            log_append_time_ms=result.log_append_time_ms,
+            log_start_offset=result.log_start_offset,
+            record_errors=[],
+            error_message=None,
+        )
 
 
 def _check_representative(broker: HandlerContext, topic: Topic, index: int, client_az: str | None) -> None:
@@ -115,17 +134,21 @@ def _check_representative(broker: HandlerContext, topic: Topic, index: int, clie
         raise ApiError(code, f"no state for {topic.name}-{index}")
     chosen = broker.router.representative(str(topic.topic_id), index, state.record.leader, client_az)
     if chosen != broker.node_id:
-        raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                       f"broker {chosen} takes produce for {topic.name}-{index} in AZ {client_az}")
+        raise ApiError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"broker {chosen} takes produce for {topic.name}-{index} in AZ {client_az}",
+        )
 
 
-async def _wait_replicated(broker: HandlerContext, waits: list[tuple[list[Any], int, Any, int]],
-                           timeout_s: float) -> None:
+async def _wait_replicated(
+    broker: HandlerContext, waits: list[tuple[list[Any], int, Any, int]], timeout_s: float
+) -> None:
     """acks=all on classic partitions: answer once the ISR holds the records (or say why not)."""
     if not waits:
         return
-    outcomes = await asyncio.gather(*(partition.wait_replicated(end, timeout_s) for _, _, partition, end in waits),
-                                    return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(partition.wait_replicated(end, timeout_s) for _, _, partition, end in waits), return_exceptions=True
+    )
     for (results, slot, partition, _end), outcome in zip(waits, outcomes):
         if isinstance(outcome, ApiError):
             results[slot] = _error(broker, partition.index, outcome.code, outcome.message)
@@ -135,5 +158,12 @@ async def _wait_replicated(broker: HandlerContext, waits: list[tuple[list[Any], 
 
 def _error(broker: HandlerContext, index: int, code: ErrorCode, message: str | None) -> Any:
     broker.metrics.produce_errors.labels(code.name).inc()
-    return _Partition(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
-                      record_errors=[], error_message=message)
+    return _Partition(
+        index=index,
+        error_code=code,
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        record_errors=[],
+        error_message=message,
+    )

@@ -44,6 +44,7 @@ def api(api_key: ApiKey, versions: tuple[int, int] | None = None) -> Callable[[H
             raise RuntimeError(f"API {api_key} registered twice")
         HANDLERS[api_key] = Handler(api_key, low, high, fn)
         return fn
+
     return register
 
 

@@ -16,13 +16,20 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: SyncGro
     version = header.api_version
     try:
         result = await broker.groups.sync(
-            request.group_id, member_id=request.member_id,
+            request.group_id,
+            member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 3 else None,
             generation_id=request.generation_id,
             protocol_type=request.protocol_type if version >= 5 else None,
             protocol_name=request.protocol_name if version >= 5 else None,
-            assignments={a.member_id: a.assignment for a in request.assignments})
+            assignments={a.member_id: a.assignment for a in request.assignments},
+        )
     except ApiError as exc:
         return SyncGroupResponse(throttle_time_ms=0, error_code=exc.code, assignment=b"")
-    return SyncGroupResponse(throttle_time_ms=0, error_code=result.error_code, protocol_type=result.protocol_type,
-                             protocol_name=result.protocol_name, assignment=result.assignment)
+    return SyncGroupResponse(
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )

@@ -13,7 +13,18 @@ from broker.log.partition_log import (
 )
 
 __all__ = [
-    "AppendResult", "CheckpointFormatError", "EntryFormatError", "EntryKind", "FORMAT_VERSION", "KAFKA_NAMES",
-    "LogCheckpoint", "LogClosedError", "LogConfig", "LogConfigError", "LogEntry", "OffsetOutOfRangeError",
-    "PartitionLog", "RecoveryReport",
+    "AppendResult",
+    "CheckpointFormatError",
+    "EntryFormatError",
+    "EntryKind",
+    "FORMAT_VERSION",
+    "KAFKA_NAMES",
+    "LogCheckpoint",
+    "LogClosedError",
+    "LogConfig",
+    "LogConfigError",
+    "LogEntry",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecoveryReport",
 ]

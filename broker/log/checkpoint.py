@@ -67,4 +67,3 @@ def read_checkpoint(directory: Path) -> LogCheckpoint | None:
 def write_checkpoint(directory: Path, checkpoint: LogCheckpoint) -> None:
     """Atomically replace the checkpoint."""
     write_atomically(checkpoint_path(directory), msgspec.json.encode(checkpoint))
-

@@ -77,7 +77,8 @@ def decode_ref(payload: bytes | bytearray | memoryview) -> WalRef:
     if ref.version not in SUPPORTED_WAL_REF_VERSIONS:
         raise WalRefFormatError(
             f"COORDINATES payload version {ref.version} is not supported (this broker reads "
-            f"{sorted(SUPPORTED_WAL_REF_VERSIONS)}); was the log written by a newer broker?")
+            f"{sorted(SUPPORTED_WAL_REF_VERSIONS)}); was the log written by a newer broker?"
+        )
     why = bad_range(ref.offset, ref.length)
     if why is not None:
         raise WalRefFormatError(f"COORDINATES payload for WAL object {ref.object_id} has a {why}")

@@ -97,7 +97,7 @@ def encode_head(
     _PREFIX.pack_into(head, 0, length, 0, FORMAT_VERSION, int(kind))
     _BASE_OFFSET.pack_into(head, PREFIX_SIZE, base_offset)
     _LEADER_EPOCH.pack_into(head, PREFIX_SIZE + 12, leader_epoch)
-    crc = crc32c.crc32c(memoryview(head)[LENGTH_SIZE + CRC_SIZE:])
+    crc = crc32c.crc32c(memoryview(head)[LENGTH_SIZE + CRC_SIZE :])
     if size > BATCH_HEADER_SIZE:
         crc = crc32c.crc32c(memoryview(data)[BATCH_HEADER_SIZE:], crc)
     _CRC.pack_into(head, LENGTH_SIZE, crc)
@@ -133,10 +133,12 @@ def unpack_prefix(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[in
 def crc_matches(buf: memoryview, pos: int, length: int) -> bool:
     """True when the entry at ``pos`` (whose entry_length is ``length``) has a valid CRC."""
     stored = _CRC.unpack_from(buf, pos + LENGTH_SIZE)[0]
-    return crc32c.crc32c(buf[pos + LENGTH_SIZE + CRC_SIZE:pos + LENGTH_SIZE + length]) == stored
+    return crc32c.crc32c(buf[pos + LENGTH_SIZE + CRC_SIZE : pos + LENGTH_SIZE + length]) == stored
 
 
-def decode_entry(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> tuple[EntryKind, BatchHeader, memoryview, int]:
+def decode_entry(
+    buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True
+) -> tuple[EntryKind, BatchHeader, memoryview, int]:
     """Decode the entry at ``pos``: (kind, header, data = header+payload view, entry size).
 
     Raises EntryFormatError for truncation, a bad length, a CRC mismatch (when ``verify``), or
@@ -153,4 +155,4 @@ def decode_entry(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool
     check_version(version)
     kind = kind_of(kind_value)
     header = parse_header(view, pos + PREFIX_SIZE)
-    return kind, header, view[pos + PREFIX_SIZE:pos + LENGTH_SIZE + length], LENGTH_SIZE + length
+    return kind, header, view[pos + PREFIX_SIZE : pos + LENGTH_SIZE + length], LENGTH_SIZE + length

@@ -146,7 +146,7 @@ class LeaderEpochCache:
         below = [e for e in self._entries if e.start_offset <= start_offset]
         if not below:
             return
-        entries = [EpochEntry(below[-1].epoch, start_offset)] + self._entries[len(below):]
+        entries = [EpochEntry(below[-1].epoch, start_offset)] + self._entries[len(below) :]
         if entries != self._entries:
             self._entries = entries
             self._persist()
@@ -163,6 +163,7 @@ def _format(entries: list[EpochEntry]) -> bytes:
 
 def _parse(path: Path, raw: bytes) -> list[EpochEntry]:
     """Strict: any deviation from the layout (including a missing final newline) is an error."""
+
     def bad(why: str) -> EpochCheckpointError:
         return EpochCheckpointError(f"{path}: malformed leader-epoch checkpoint: {why}")
 
@@ -196,4 +197,3 @@ def _parse(path: Path, raw: bytes) -> list[EpochEntry]:
 
 def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
-

@@ -51,12 +51,12 @@ class _Index:
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first ``count`` entries."""
-        del self.buf[count * self.entry.size:]
+        del self.buf[count * self.entry.size :]
         self.written = min(self.written, len(self.buf))
 
     def unwritten(self) -> tuple[bytes, int]:
         """(tail not yet in the file, length of buf it brings the file to)."""
-        return bytes(self.buf[self.written:]), len(self.buf)
+        return bytes(self.buf[self.written :]), len(self.buf)
 
 
 class OffsetIndex(_Index):
@@ -79,7 +79,7 @@ class OffsetIndex(_Index):
         """Entries from the start that are strictly increasing and below both limits."""
         count = 0
         prev_off = prev_pos = -1
-        for off, pos in _OFFSET_ENTRY.iter_unpack(memoryview(self.buf)[:len(self) * OFFSET_ENTRY_SIZE]):
+        for off, pos in _OFFSET_ENTRY.iter_unpack(memoryview(self.buf)[: len(self) * OFFSET_ENTRY_SIZE]):
             if off <= prev_off or pos <= prev_pos or off >= limit_relative_offset or pos >= limit_position:
                 break
             prev_off, prev_pos = off, pos
@@ -108,7 +108,7 @@ class TimeIndex(_Index):
         """Entries from the start with strictly increasing timestamps and offsets below the limit."""
         count = 0
         prev_ts = prev_off = None
-        for ts, off in _TIME_ENTRY.iter_unpack(memoryview(self.buf)[:len(self) * TIME_ENTRY_SIZE]):
+        for ts, off in _TIME_ENTRY.iter_unpack(memoryview(self.buf)[: len(self) * TIME_ENTRY_SIZE]):
             if off >= limit_relative_offset or (prev_ts is not None and (ts <= prev_ts or off < prev_off)):
                 break
             prev_ts, prev_off = ts, off

@@ -127,8 +127,9 @@ class RecoveryReport:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, config: LogConfig, clock: Clock,
-                 on_segment_roll: Callable[[int], object] | None) -> None:
+    def __init__(
+        self, directory: Path, config: LogConfig, clock: Clock, on_segment_roll: Callable[[int], object] | None
+    ) -> None:
         self._dir = directory
         self._config = config
         self._clock = clock
@@ -153,8 +154,9 @@ class PartitionLog:
     # ---- open / recovery ---------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, clock: Clock,
-             on_segment_roll: Callable[[int], object] | None = None) -> "PartitionLog":
+    def open(
+        cls, directory: Path, config: LogConfig, clock: Clock, on_segment_roll: Callable[[int], object] | None = None
+    ) -> "PartitionLog":
         """Open the log in ``directory``, creating it or recovering it after any kind of stop."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -189,8 +191,12 @@ class PartitionLog:
         clean = False
         if ckpt is not None:
             idx = bisect.bisect_left(bases, ckpt.recovery_segment_base)
-            if (idx < len(bases) and bases[idx] == ckpt.recovery_segment_base
-                    and ckpt.recovery_position <= segs[idx].size and segs[idx].index_files_look_valid()):
+            if (
+                idx < len(bases)
+                and bases[idx] == ckpt.recovery_segment_base
+                and ckpt.recovery_position <= segs[idx].size
+                and segs[idx].index_files_look_valid()
+            ):
                 start_idx, start_pos, start_offset = idx, ckpt.recovery_position, ckpt.recovery_point
                 clean = ckpt.clean_shutdown and idx == len(segs) - 1 and ckpt.recovery_position == segs[idx].size
             else:
@@ -248,7 +254,10 @@ class PartitionLog:
         # rseg is never dropped (only segments after a corrupt entry are), and the scan never
         # cuts below start_pos, so the recovery point stays where verification started.
         self._recovery_point, self._recovery_segment_base, self._recovery_position = (
-            start_offset, rseg.base_offset, start_pos)
+            start_offset,
+            rseg.base_offset,
+            start_pos,
+        )
         lso = ckpt.log_start_offset if ckpt else 0
         self._log_start = min(max(lso, segs[0].base_offset), self._leo)
         self._hw = min(max(ckpt.high_watermark if ckpt else 0, self._log_start), self._leo)
@@ -257,8 +266,13 @@ class PartitionLog:
         elif ckpt is None or ckpt.clean_shutdown:
             self._write_checkpoint()  # clears the clean-shutdown marker before any append
         if report.truncated_bytes or report.deleted_segments:
-            log.warning("recovered %s: truncated %d bytes, dropped segments %s; log end offset %d",
-                        self._dir, report.truncated_bytes, report.deleted_segments, self._leo)
+            log.warning(
+                "recovered %s: truncated %d bytes, dropped segments %s; log end offset %d",
+                self._dir,
+                report.truncated_bytes,
+                report.deleted_segments,
+                self._leo,
+            )
 
     def _list_segments(self) -> list[int]:
         """Segment base offsets, sorted; removes orphan index files and checkpoint temporaries."""
@@ -338,8 +352,9 @@ class PartitionLog:
 
     # ---- append ------------------------------------------------------------------------------
 
-    def append(self, kind: EntryKind, header: BatchHeader, data: bytes | bytearray | memoryview,
-               leader_epoch: int) -> AppendResult:
+    def append(
+        self, kind: EntryKind, header: BatchHeader, data: bytes | bytearray | memoryview, leader_epoch: int
+    ) -> AppendResult:
         """Append one entry at the log end offset; ``data`` = 61-byte batch header + payload.
 
         Patches baseOffset and partitionLeaderEpoch in the bytes written (not in ``data``), sets
@@ -454,14 +469,24 @@ class PartitionLog:
         entries: list[LogEntry] = []
         total = 0
         for n, (seg, end) in enumerate(zip(segs, ends)):
-            total, done = self._read_segment(seg, first_pos if n == 0 else 0, end, start_offset, limit,
-                                             max_bytes, entries, total)
+            total, done = self._read_segment(
+                seg, first_pos if n == 0 else 0, end, start_offset, limit, max_bytes, entries, total
+            )
             if done:
                 break
         return entries
 
-    def _read_segment(self, seg: Segment, pos: int, end: int, start_offset: int, limit: int,
-                      max_bytes: int, entries: list[LogEntry], total: int) -> tuple[int, bool]:
+    def _read_segment(
+        self,
+        seg: Segment,
+        pos: int,
+        end: int,
+        start_offset: int,
+        limit: int,
+        max_bytes: int,
+        entries: list[LogEntry],
+        total: int,
+    ) -> tuple[int, bool]:
         buf = memoryview(b"")
         buf_pos = pos
         slack = self._config.index_interval_bytes + HEAD_SIZE
@@ -492,7 +517,7 @@ class PartitionLog:
                 buf_pos, rel = pos, 0
                 if len(buf) < size:
                     return total, True
-            entries.append(LogEntry(kind, header, buf[rel + PREFIX_SIZE:rel + size]))
+            entries.append(LogEntry(kind, header, buf[rel + PREFIX_SIZE : rel + size]))
             total += data_size
             pos += size
         return total, False
@@ -514,7 +539,7 @@ class PartitionLog:
         buf = memoryview(seg.pread(size, position))
         length, _crc, version, kind_value = unpack_prefix(buf, 0)
         check_version(version)
-        return LogEntry(kind_of(kind_value), parse_header(buf, PREFIX_SIZE), buf[PREFIX_SIZE:LENGTH_SIZE + length])
+        return LogEntry(kind_of(kind_value), parse_header(buf, PREFIX_SIZE), buf[PREFIX_SIZE : LENGTH_SIZE + length])
 
     def entry_for_timestamp(self, timestamp_ms: int) -> LogEntry | None:
         """The first entry (at or above the log start offset) whose max_timestamp >= timestamp_ms.
@@ -602,10 +627,10 @@ class PartitionLog:
         pos = seg.find_entry_position(offset)
         if pos is None:
             raise ValueError(f"offset {offset} is not the base offset of an entry")
-        for later in self._segments[i + 1:]:
+        for later in self._segments[i + 1 :]:
             later.delete_files()
-        del self._segments[i + 1:]
-        del self._bases[i + 1:]
+        del self._segments[i + 1 :]
+        del self._bases[i + 1 :]
         seg.truncate_indexes(pos, offset)
         seg.truncate_log(pos)
         seg.restore_stats_before(pos)
@@ -810,7 +835,7 @@ def _write_rest(fd: int, head: bytearray, payload: memoryview, written: int) -> 
         view = view[written:]
         written = 0
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
 
 
 def _cut_back(fd: int, position: int) -> None:
@@ -822,6 +847,13 @@ def _cut_back(fd: int, position: int) -> None:
 
 
 __all__ = [
-    "AppendResult", "LogClosedError", "LogEntry", "OffsetOutOfRangeError", "PartitionLog", "RecoveryReport",
-    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX",
+    "AppendResult",
+    "LogClosedError",
+    "LogEntry",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecoveryReport",
+    "LOG_SUFFIX",
+    "INDEX_SUFFIX",
+    "TIMEINDEX_SUFFIX",
 ]

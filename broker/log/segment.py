@@ -74,10 +74,24 @@ class ScanResult:
 
 class Segment:
     __slots__ = (
-        "base_offset", "directory", "size", "synced_size", "next_offset", "created_ms",
-        "rolling_timestamp", "max_timestamp", "offset_of_max_timestamp", "bytes_since_last_index",
-        "_offset_index", "_time_index", "_fd", "_writable", "_index_fd", "_timeindex_fd",
-        "index_interval_bytes", "_batch_bytes",
+        "base_offset",
+        "directory",
+        "size",
+        "synced_size",
+        "next_offset",
+        "created_ms",
+        "rolling_timestamp",
+        "max_timestamp",
+        "offset_of_max_timestamp",
+        "bytes_since_last_index",
+        "_offset_index",
+        "_time_index",
+        "_fd",
+        "_writable",
+        "_index_fd",
+        "_timeindex_fd",
+        "index_interval_bytes",
+        "_batch_bytes",
     )
 
     def __init__(self, directory: Path, base_offset: int, size: int, created_ms: int) -> None:
@@ -303,8 +317,16 @@ class Segment:
             self._batch_bytes = sum(header.size for _pos, _size, header in self.iter_heads(0, self.size))
         return self._batch_bytes
 
-    def track(self, base_offset: int, last_offset: int, max_timestamp: int, position: int, size: int,
-              index_interval_bytes: int, batch_size: int = 0) -> None:
+    def track(
+        self,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        position: int,
+        size: int,
+        index_interval_bytes: int,
+        batch_size: int = 0,
+    ) -> None:
         """Account for one entry appended (or found by a scan) at ``position``; O(1)."""
         if self._batch_bytes is not None:
             self._batch_bytes += batch_size
@@ -317,7 +339,8 @@ class Segment:
             self._offset_index.append(base_offset - self.base_offset, position)  # type: ignore[union-attr]  # loaded first
             if self.max_timestamp >= 0:
                 self._time_index.maybe_append(  # type: ignore[union-attr]  # loaded first
-                    self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
+                    self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
+                )
             self.bytes_since_last_index = 0
         self.bytes_since_last_index += size
         self.size = position + size
@@ -331,7 +354,8 @@ class Segment:
     def index_full(self, segment_index_bytes: int) -> bool:
         oidx, tidx = self._offset_index, self._time_index
         return (oidx is not None and oidx.size_bytes + OFFSET_ENTRY_SIZE > segment_index_bytes) or (
-            tidx is not None and tidx.size_bytes + TIME_ENTRY_SIZE > segment_index_bytes)
+            tidx is not None and tidx.size_bytes + TIME_ENTRY_SIZE > segment_index_bytes
+        )
 
     @property
     def dirty(self) -> bool:
@@ -340,7 +364,8 @@ class Segment:
             return True
         oidx, tidx = self._offset_index, self._time_index
         return (oidx is not None and oidx.written < oidx.size_bytes) or (
-            tidx is not None and tidx.written < tidx.size_bytes)
+            tidx is not None and tidx.written < tidx.size_bytes
+        )
 
     # ---- durability --------------------------------------------------------------------------
 
@@ -493,8 +518,11 @@ class Segment:
             check_version(version)
             kind = kind_of(kind_value)
             header = parse_header(buf, rel + PREFIX_SIZE)
-            if header.base_offset != expected_offset or header.last_offset_delta < 0 or (
-                    kind is EntryKind.RECORDS and header.size != size - PREFIX_SIZE):
+            if (
+                header.base_offset != expected_offset
+                or header.last_offset_delta < 0
+                or (kind is EntryKind.RECORDS and header.size != size - PREFIX_SIZE)
+            ):
                 corrupt = True  # stale (pre-truncation) data or an impossible entry
                 break
             self.track(header.base_offset, header.last_offset, header.max_timestamp, pos, size, index_interval_bytes)
@@ -502,7 +530,9 @@ class Segment:
             pos += size
         truncated = file_size - pos
         if truncated:
-            log.warning("truncating %d bytes of torn or corrupt data at position %d of %s", truncated, pos, self.log_path)
+            log.warning(
+                "truncating %d bytes of torn or corrupt data at position %d of %s", truncated, pos, self.log_path
+            )
             self.truncate_log(pos)
         else:
             self.size = pos

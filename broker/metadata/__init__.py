@@ -21,9 +21,19 @@ from .store import (
 )
 
 __all__ = [
-    "EventType", "KeyValue", "Lease", "LeaseExpired", "LeaseKeepAlive", "MetadataError",
-    "MetadataStore", "MetadataUnavailable", "RevisionCompacted", "RevisionConflict", "Watch",
-    "WatchEvent", "open_store",
+    "EventType",
+    "KeyValue",
+    "Lease",
+    "LeaseExpired",
+    "LeaseKeepAlive",
+    "MetadataError",
+    "MetadataStore",
+    "MetadataUnavailable",
+    "RevisionCompacted",
+    "RevisionConflict",
+    "Watch",
+    "WatchEvent",
+    "open_store",
 ]
 
 

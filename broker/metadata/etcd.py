@@ -86,9 +86,13 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
 ]
 
-_UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                      grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                      grpc.StatusCode.ABORTED}
+_UNAVAILABLE_CODES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED,
+}
 
 
 def parse_etcd_url(url: str) -> tuple[list[tuple[str, int]], str]:
@@ -138,9 +142,15 @@ def _error(exc: grpc.aio.AioRpcError, what: str) -> MetadataError:
 
 
 class EtcdMetadataStore:
-    def __init__(self, url: str, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 watch_resume_timeout_s: float = DEFAULT_WATCH_RESUME_TIMEOUT_S, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        watch_resume_timeout_s: float = DEFAULT_WATCH_RESUME_TIMEOUT_S,
+        clock: Clock | None = None,
+    ) -> None:
         self._endpoints, prefix = parse_etcd_url(url)
         self._clock: Clock = clock or SystemClock()
         self.prefix = prefix
@@ -183,8 +193,9 @@ class EtcdMetadataStore:
         response = await self._call("get", lambda: self._kv_stub.Range(request, timeout=self._request_timeout_s))
         return self._kv_from(response.kvs[0]) if response.kvs else None
 
-    async def put(self, key: str, value: bytes, expected_revision: int | None = None,
-                  lease: Lease | None = None) -> int:
+    async def put(
+        self, key: str, value: bytes, expected_revision: int | None = None, lease: Lease | None = None
+    ) -> int:
         value = bytes(value)
         check_request_size([(key, value)])
         put = rpc.PutRequest(key=self._key(key), value=value, lease=lease.id if lease else 0)
@@ -197,7 +208,9 @@ class EtcdMetadataStore:
     async def delete(self, key: str, expected_revision: int | None = None) -> bool:
         request = rpc.DeleteRangeRequest(key=self._key(key))
         if expected_revision is None:
-            response = await self._call("delete", lambda: self._kv_stub.DeleteRange(request, timeout=self._request_timeout_s))
+            response = await self._call(
+                "delete", lambda: self._kv_stub.DeleteRange(request, timeout=self._request_timeout_s)
+            )
             return response.deleted > 0
         txn = await self._txn({key: expected_revision}, [rpc.RequestOp(request_delete_range=request)], "delete")
         return txn.responses[0].response_delete_range.deleted > 0
@@ -216,7 +229,8 @@ class EtcdMetadataStore:
                 while True:
                     request = rpc.RangeRequest(key=key, range_end=end, limit=LIST_PAGE_KEYS, revision=revision)
                     response = await self._call(
-                        "list", lambda: self._kv_stub.Range(request, timeout=self._request_timeout_s))
+                        "list", lambda: self._kv_stub.Range(request, timeout=self._request_timeout_s)
+                    )
                     if revision == 0:
                         revision = response.header.revision
                     kvs.extend(self._kv_from(kv) for kv in response.kvs)
@@ -227,14 +241,21 @@ class EtcdMetadataStore:
                 log.info("etcd compacted revision %d while listing %r; listing again", revision, prefix)
         raise MetadataUnavailable(f"etcd list {prefix!r}: compacted {LIST_ATTEMPTS} times while paging")
 
-    async def txn(self, compares: Mapping[str, int], puts: Mapping[str, bytes] | None = None,
-                  deletes: Collection[str] = (), lease: Lease | None = None) -> int:
+    async def txn(
+        self,
+        compares: Mapping[str, int],
+        puts: Mapping[str, bytes] | None = None,
+        deletes: Collection[str] = (),
+        lease: Lease | None = None,
+    ) -> int:
         puts = {key: bytes(value) for key, value in (puts or {}).items()}
         deletes = list(deletes)
         check_txn(compares, puts, deletes)
         lease_id = lease.id if lease else 0
-        ops = [rpc.RequestOp(request_put=rpc.PutRequest(key=self._key(k), value=v, lease=lease_id))
-               for k, v in puts.items()]
+        ops = [
+            rpc.RequestOp(request_put=rpc.PutRequest(key=self._key(k), value=v, lease=lease_id))
+            for k, v in puts.items()
+        ]
         ops += [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=self._key(k))) for k in deletes]
         response = await self._txn(compares, ops, "txn")
         return response.header.revision
@@ -242,14 +263,17 @@ class EtcdMetadataStore:
     async def _txn(self, compares: Mapping[str, int], ops: builtins.list[rpc.RequestOp], what: str) -> rpc.TxnResponse:
         keys = list(compares)
         request = rpc.TxnRequest(
-            compare=[rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=self._key(key),
-                                 mod_revision=expected) for key, expected in compares.items()],
+            compare=[
+                rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, key=self._key(key), mod_revision=expected)
+                for key, expected in compares.items()
+            ],
             success=ops,
-            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), keys_only=True))
-                     for key in keys])
+            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), keys_only=True)) for key in keys],
+        )
         idempotent = not compares  # a CAS whose connection dropped may have been applied
-        response = await self._call(what, lambda: self._kv_stub.Txn(request, timeout=self._request_timeout_s),
-                                    idempotent=idempotent)
+        response = await self._call(
+            what, lambda: self._kv_stub.Txn(request, timeout=self._request_timeout_s), idempotent=idempotent
+        )
         if not response.succeeded:
             found = []
             for key, expected, op in zip(keys, compares.values(), response.responses):
@@ -265,7 +289,9 @@ class EtcdMetadataStore:
     async def grant_lease(self, ttl_s: int) -> Lease:
         check_ttl(ttl_s)
         request = rpc.LeaseGrantRequest(TTL=ttl_s)
-        response = await self._call("grant lease", lambda: self._lease_stub.LeaseGrant(request, timeout=self._request_timeout_s))
+        response = await self._call(
+            "grant lease", lambda: self._lease_stub.LeaseGrant(request, timeout=self._request_timeout_s)
+        )
         if response.error:
             raise MetadataError(f"etcd grant lease: {response.error}")
         return Lease(response.ID, response.TTL)
@@ -297,7 +323,9 @@ class EtcdMetadataStore:
     async def revoke_lease(self, lease: Lease) -> None:
         request = rpc.LeaseRevokeRequest(ID=lease.id)
         try:
-            await self._call("revoke lease", lambda: self._lease_stub.LeaseRevoke(request, timeout=self._request_timeout_s))
+            await self._call(
+                "revoke lease", lambda: self._lease_stub.LeaseRevoke(request, timeout=self._request_timeout_s)
+            )
         except LeaseExpired:
             pass  # already gone: revoking is idempotent
         for keeper in [k for k in self._keepers if k.lease.id == lease.id]:
@@ -335,7 +363,7 @@ class EtcdMetadataStore:
         return self._prefix + key.encode()
 
     def _kv_from(self, kv: rpc.KeyValue) -> KeyValue:
-        return KeyValue(kv.key[len(self._prefix):].decode(), kv.value, kv.mod_revision, kv.lease)
+        return KeyValue(kv.key[len(self._prefix) :].decode(), kv.value, kv.mod_revision, kv.lease)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -386,8 +414,9 @@ class EtcdMetadataStore:
                 failed.append(f"{host}:{port}")
                 await channel.close()
                 self._index = (self._index + 1) % len(self._endpoints)
-            raise MetadataUnavailable(f"no etcd endpoint answered within {self._connect_timeout_s} s: "
-                                      f"{', '.join(failed)}")
+            raise MetadataUnavailable(
+                f"no etcd endpoint answered within {self._connect_timeout_s} s: {', '.join(failed)}"
+            )
 
     async def _wait_ready(self, channel: grpc.aio.Channel) -> bool:
         """True once the channel is READY; False as soon as it fails to connect, or after
@@ -480,8 +509,9 @@ class _EtcdWatch:
         store = self._store
         channel = await store._ready_channel()
         call = rpc.WatchStub(channel).Watch()
-        create = rpc.WatchCreateRequest(key=self._key, range_end=_range_end(self._key),
-                                        start_revision=self._next_revision or 0)
+        create = rpc.WatchCreateRequest(
+            key=self._key, range_end=_range_end(self._key), start_revision=self._next_revision or 0
+        )
         try:
             async with asyncio.timeout(store._request_timeout_s):
                 await call.write(rpc.WatchRequest(create_request=create))
@@ -493,8 +523,9 @@ class _EtcdWatch:
         except TimeoutError:
             call.cancel()
             store._retire(channel)
-            raise MetadataUnavailable(f"etcd watch {self._prefix!r}: not created within "
-                                      f"{store._request_timeout_s} s") from None
+            raise MetadataUnavailable(
+                f"etcd watch {self._prefix!r}: not created within {store._request_timeout_s} s"
+            ) from None
         if response is grpc.aio.EOF or not response.created:
             call.cancel()
             raise MetadataUnavailable(f"etcd watch {self._prefix!r}: the stream ended before the watch was created")
@@ -524,7 +555,9 @@ class _EtcdWatch:
         if response.compact_revision:
             raise RevisionCompacted(
                 f"etcd watch {self._prefix!r}: revision {self._next_revision} was compacted "
-                f"(compacted up to {response.compact_revision})", response.compact_revision)
+                f"(compacted up to {response.compact_revision})",
+                response.compact_revision,
+            )
         if response.canceled:
             raise MetadataError(f"etcd canceled watch {self._prefix!r}: {response.cancel_reason or 'no reason given'}")
         store = self._store
@@ -553,7 +586,8 @@ class _EtcdWatch:
                 return
             except MetadataUnavailable as exc:
                 if loop.time() + delay > deadline:
-                    raise MetadataUnavailable(f"etcd watch {self._prefix!r} could not resume at revision "
-                                              f"{self._next_revision}: {exc}") from exc
+                    raise MetadataUnavailable(
+                        f"etcd watch {self._prefix!r} could not resume at revision {self._next_revision}: {exc}"
+                    ) from exc
             await self._store._clock.sleep(delay)
             delay = min(delay * 2, max_delay)

@@ -65,9 +65,14 @@ class _LeaseState:
 
 
 class LocalMetadataStore:
-    def __init__(self, path: Path | None, clock: Clock | None = None, *,
-                 history_limit: int = DEFAULT_HISTORY_LIMIT,
-                 lease_check_interval_s: float = DEFAULT_LEASE_CHECK_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        clock: Clock | None = None,
+        *,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        lease_check_interval_s: float = DEFAULT_LEASE_CHECK_INTERVAL_S,
+    ) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be >= 1")
         self._path = path
@@ -87,8 +92,10 @@ class LocalMetadataStore:
         if path is not None and path.exists():
             data = msgspec.json.decode(path.read_bytes(), type=_StoreFile)
             if data.version != FORMAT_VERSION:
-                raise ValueError(f"{path}: metadata format version {data.version} is not supported "
-                                 f"(this broker reads version {FORMAT_VERSION})")
+                raise ValueError(
+                    f"{path}: metadata format version {data.version} is not supported "
+                    f"(this broker reads version {FORMAT_VERSION})"
+                )
             self._revision, self._entries = data.revision, data.entries
             orphans = sorted(key for key, kv in self._entries.items() if kv.lease)
             if orphans:  # leases of a previous run: nobody can keep them alive
@@ -107,8 +114,9 @@ class LocalMetadataStore:
         self._ready()
         return self._entries.get(key)
 
-    async def put(self, key: str, value: bytes, expected_revision: int | None = None,
-                  lease: Lease | None = None) -> int:
+    async def put(
+        self, key: str, value: bytes, expected_revision: int | None = None, lease: Lease | None = None
+    ) -> int:
         self._ready()
         value = bytes(value)
         check_request_size([(key, value)])
@@ -139,8 +147,13 @@ class LocalMetadataStore:
         kvs = [kv for key, kv in sorted(self._entries.items()) if key.startswith(prefix)]
         return kvs, self._revision
 
-    async def txn(self, compares: Mapping[str, int], puts: Mapping[str, bytes] | None = None,
-                  deletes: Collection[str] = (), lease: Lease | None = None) -> int:
+    async def txn(
+        self,
+        compares: Mapping[str, int],
+        puts: Mapping[str, bytes] | None = None,
+        deletes: Collection[str] = (),
+        lease: Lease | None = None,
+    ) -> int:
         self._ready()
         puts = {key: bytes(value) for key, value in (puts or {}).items()}
         deletes = list(deletes)
@@ -216,8 +229,9 @@ class LocalMetadataStore:
         start = self._revision + 1 if start_revision is None else start_revision
         if start < self._history_start_revision:
             raise RevisionCompacted(
-                f"watch from revision {start}: this store's history starts at revision "
-                f"{self._history_start_revision}", self._history_start_revision - 1)
+                f"watch from revision {start}: this store's history starts at revision {self._history_start_revision}",
+                self._history_start_revision - 1,
+            )
         seq = self._first_seq + len(self._history)
         while seq > self._first_seq and self._history[seq - 1 - self._first_seq].revision >= start:
             seq -= 1
@@ -347,7 +361,9 @@ class _LocalWatch:
                 self._closed = True
                 raise RevisionCompacted(
                     f"watch of {self._prefix!r} fell behind the store's history "
-                    f"(now from revision {store._history_start_revision})", store._history_start_revision - 1)
+                    f"(now from revision {store._history_start_revision})",
+                    store._history_start_revision - 1,
+                )
             index = self._seq - store._first_seq
             if index < len(store._history):
                 event = store._history[index]

@@ -90,7 +90,7 @@ def partition_key(topic_id: str, index: int) -> str:
 
 def parse_partition_key(key: str) -> TopicIdPartition:
     """The partition a partition-state key names."""
-    topic_id, _, index = key[len(PARTITION_PREFIX):].rpartition("/")
+    topic_id, _, index = key[len(PARTITION_PREFIX) :].rpartition("/")
     return TopicIdPartition(topic_id, int(index))
 
 
@@ -98,13 +98,15 @@ def encode(record: msgspec.Struct) -> bytes:
     return msgspec.json.encode(record)
 
 
-Record = TypeVar("Record", ClusterRecord, TopicRecord, ProducerIdBlockRecord, BrokerRecord, ControllerRecord,
-                 PartitionStateRecord)
+Record = TypeVar(
+    "Record", ClusterRecord, TopicRecord, ProducerIdBlockRecord, BrokerRecord, ControllerRecord, PartitionStateRecord
+)
 
 
 def decode(data: bytes, kind: type[Record]) -> Record:
     record = msgspec.json.decode(data, type=kind)
     if record.version != RECORD_VERSION:
-        raise UnknownRecordVersion(f"{kind.__name__} version {record.version} is not supported "
-                                   f"(this broker reads version {RECORD_VERSION})")
+        raise UnknownRecordVersion(
+            f"{kind.__name__} version {record.version} is not supported (this broker reads version {RECORD_VERSION})"
+        )
     return record

@@ -132,8 +132,9 @@ class Watch(Protocol):
 class MetadataStore(Protocol):
     async def get(self, key: str) -> KeyValue | None: ...
 
-    async def put(self, key: str, value: bytes, expected_revision: int | None = None,
-                  lease: Lease | None = None) -> int:
+    async def put(
+        self, key: str, value: bytes, expected_revision: int | None = None, lease: Lease | None = None
+    ) -> int:
         """Write `key`; with `expected_revision` (0 = must be absent) it is a compare-and-set
         that raises RevisionConflict. With `lease` the key is deleted when the lease ends
         (LeaseExpired if it already has); without, a previous lease is detached. Returns
@@ -148,8 +149,13 @@ class MetadataStore(Protocol):
     async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         """`list` plus the store revision the listing is consistent with."""
 
-    async def txn(self, compares: Mapping[str, int], puts: Mapping[str, bytes] | None = None,
-                  deletes: Collection[str] = (), lease: Lease | None = None) -> int:
+    async def txn(
+        self,
+        compares: Mapping[str, int],
+        puts: Mapping[str, bytes] | None = None,
+        deletes: Collection[str] = (),
+        lease: Lease | None = None,
+    ) -> int:
         """If every key in `compares` has the expected revision (0 = absent), apply `puts`
         (attached to `lease` if given) then `deletes`, atomically, as one new revision, and
         return the store revision; else raise RevisionConflict and change nothing. A key may
@@ -211,8 +217,9 @@ class LeaseKeepAlive:
     one task and one request in flight per lease.
     """
 
-    def __init__(self, store: MetadataStore, lease: Lease, *, retry_s: float | None = None,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, store: MetadataStore, lease: Lease, *, retry_s: float | None = None, clock: Clock | None = None
+    ) -> None:
         self.lease = lease
         self.lost = asyncio.Event()
         self.failures = 0  # renewals that failed, for metrics and tests

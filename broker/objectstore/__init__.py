@@ -91,8 +91,9 @@ def open_object_store(
     if scheme == "memory":
         return MemoryObjectStore(clock=clock, on_request=on_request)
     if scheme == "file":
-        return LocalObjectStore(_parse_file_url(url), max_concurrency=max_concurrency, on_request=on_request,
-                                clock=clock, rng=rng)
+        return LocalObjectStore(
+            _parse_file_url(url), max_concurrency=max_concurrency, on_request=on_request, clock=clock, rng=rng
+        )
     from broker.objectstore.s3 import S3ObjectStore
 
     bucket, prefix, options = parse_s3_url(url)

@@ -345,7 +345,6 @@ def _take(iterator: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
 def _conflict(path: Path, root: Path) -> ObjectStoreError:
     key = path.relative_to(root).as_posix()
     return ObjectStoreError(
-        f"object key {key!r} conflicts with an existing key: the local store cannot hold both "
-        "'a' and 'a/b'",
+        f"object key {key!r} conflicts with an existing key: the local store cannot hold both 'a' and 'a/b'",
         retriable=False,
     )

@@ -38,9 +38,7 @@ class RetryPolicy:
         if self.base_delay_ms < 0 or self.max_delay_ms < 0:
             raise ValueError("retry delays must be >= 0")
         if self.max_delay_ms < self.base_delay_ms:
-            raise ValueError(
-                f"max_delay_ms ({self.max_delay_ms}) must be >= base_delay_ms ({self.base_delay_ms})"
-            )
+            raise ValueError(f"max_delay_ms ({self.max_delay_ms}) must be >= base_delay_ms ({self.base_delay_ms})")
 
     def backoff_s(self, failed_attempt: int) -> float:
         """Seconds to wait after attempt number `failed_attempt` (1-based) failed."""

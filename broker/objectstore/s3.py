@@ -166,8 +166,10 @@ class S3ObjectStore:
             response_checksum_validation="when_required",
             # No SHA-256 of every body for SigV4 (about 20 ms of event-loop time per 8 MiB PUT):
             # bodies go UNSIGNED-PAYLOAD with a CRC32C checksum header the store verifies.
-            s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto"),
-                "payload_signing_enabled": False},
+            s3={
+                "addressing_style": addressing_style or ("path" if endpoint_url else "auto"),
+                "payload_signing_enabled": False,
+            },
         )
         self._client: Any = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
@@ -203,8 +205,9 @@ class S3ObjectStore:
 
         async def attempt(client: Any, timer: RequestTimer) -> bool:
             try:
-                await client.put_object(Bucket=self.bucket, Key=full, Body=payload, IfNoneMatch="*",
-                                        ChecksumCRC32C=checksum)
+                await client.put_object(
+                    Bucket=self.bucket, Key=full, Body=payload, IfNoneMatch="*", ChecksumCRC32C=checksum
+                )
             except botocore.exceptions.ClientError as exc:
                 status, code = _status_and_code(exc)
                 if status == 412 or code == "PreconditionFailed":
@@ -334,11 +337,7 @@ class S3ObjectStore:
             )
             timer.done("ok")
             strip = len(self.prefix)
-            return [
-                error["Key"][strip:]
-                for error in response.get("Errors", ())
-                if error.get("Code") != "NoSuchKey"
-            ]
+            return [error["Key"][strip:] for error in response.get("Errors", ()) if error.get("Code") != "NoSuchKey"]
 
         if not keys:
             return []

@@ -80,6 +80,7 @@ _DECODER_V1 = msgspec.msgpack.Decoder(SnapshotV1)
 
 # --- names -----------------------------------------------------------------------------------
 
+
 def format_snapshot_name(offset: int) -> str:
     """``{offset:020d}.snapshot``: zero-padded so listing order is numeric order."""
     if offset < 0:
@@ -125,6 +126,7 @@ def remove_stray_tmp_files(directory: Path) -> None:
 
 # --- bytes -----------------------------------------------------------------------------------
 
+
 def encode_snapshot(snapshot: SnapshotV1) -> bytes:
     body = _ENCODER.encode(snapshot)
     return _HEADER.pack(MAGIC, CURRENT_VERSION, crc32c.crc32c(body)) + body
@@ -154,6 +156,7 @@ def decode_snapshot(data: bytes, *, source: str = "snapshot") -> SnapshotV1:
 
 
 # --- files -----------------------------------------------------------------------------------
+
 
 def write_snapshot(directory: Path, snapshot: SnapshotV1) -> Path:
     """Atomically write ``snapshot`` as ``directory/{offset:020d}.snapshot``; returns the path."""

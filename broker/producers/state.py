@@ -239,9 +239,15 @@ class ProducerStateManager:
         entry.last_timestamp_ms = timestamp_ms
         if header.is_control:
             return
-        entry.batches.append(BatchMetadata(
-            header.base_sequence, header.last_sequence, base_offset, last_offset, timestamp_ms,
-        ))
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                base_offset,
+                last_offset,
+                timestamp_ms,
+            )
+        )
 
     # --- expiry -------------------------------------------------------------------------------
 
@@ -272,9 +278,13 @@ class ProducerStateManager:
         self._map_end_offset = offset
         producers = [
             snap.SnapshotProducer(
-                entry.producer_id, entry.producer_epoch, entry.last_timestamp_ms,
-                [snap.SnapshotBatch(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
-                 for b in entry.batches],
+                entry.producer_id,
+                entry.producer_epoch,
+                entry.last_timestamp_ms,
+                [
+                    snap.SnapshotBatch(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
+                    for b in entry.batches
+                ],
             )
             for entry in self._producers.values()
         ]

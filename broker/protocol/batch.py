@@ -104,9 +104,18 @@ class BatchHeader:
 
     def pack(self) -> bytes:
         return _HEADER.pack(
-            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic,
-            self.crc, self.attributes, self.last_offset_delta, self.base_timestamp,
-            self.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence,
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
             self.records_count,
         )
 
@@ -145,7 +154,7 @@ class UnsupportedMagicError(BatchFormatError):
 
 def crc_is_valid(batch: memoryview, header: BatchHeader) -> bool:
     """True when the stored CRC32C matches bytes 21..end (computed in C)."""
-    return crc32c.crc32c(batch[OFFSET_ATTRIBUTES:header.size]) == header.crc
+    return crc32c.crc32c(batch[OFFSET_ATTRIBUTES : header.size]) == header.crc
 
 
 def set_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
@@ -170,7 +179,7 @@ def log_append_time_header(batch: bytes | bytearray | memoryview, header: BatchH
     attributes = header.attributes | TIMESTAMP_TYPE_LOG_APPEND
     _ATTRIBUTES_AND_MAX_TS[0].pack_into(head, OFFSET_ATTRIBUTES, attributes)
     _ATTRIBUTES_AND_MAX_TS[1].pack_into(head, OFFSET_MAX_TIMESTAMP, now_ms)
-    crc = crc32c.crc32c(view[BATCH_HEADER_SIZE:header.size], crc32c.crc32c(memoryview(head)[OFFSET_ATTRIBUTES:]))
+    crc = crc32c.crc32c(view[BATCH_HEADER_SIZE : header.size], crc32c.crc32c(memoryview(head)[OFFSET_ATTRIBUTES:]))
     _CRC.pack_into(head, OFFSET_CRC, crc)
     header.attributes = attributes
     header.max_timestamp = now_ms

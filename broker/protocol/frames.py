@@ -55,7 +55,7 @@ class FrameReader:
                     self._need = size
                 if end - pos < self._need:
                     break
-                frames.append(bytes(view[pos:pos + self._need]))
+                frames.append(bytes(view[pos : pos + self._need]))
                 pos += self._need
                 self._need = -1
         if pos:

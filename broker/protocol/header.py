@@ -54,8 +54,7 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise HeaderError("varint too long in request header")
 
 
-def parse_request_header(frame: bytes | memoryview, flexible: bool,
-                         peer: str = "") -> tuple[RequestHeader, int]:
+def parse_request_header(frame: bytes | memoryview, flexible: bool, peer: str = "") -> tuple[RequestHeader, int]:
     """Parse the header; return it and the offset where the body starts."""
     if len(frame) < _FIXED.size:
         raise HeaderError(f"request of {len(frame)} bytes is shorter than a header")

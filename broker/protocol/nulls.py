@@ -47,6 +47,7 @@ def _not_null(name: str, where: str) -> Check:
     def check(obj: Any) -> None:
         if getattr(obj, name) is None:
             raise NullFieldError(f"{where} may not be null")
+
     return check
 
 
@@ -59,6 +60,7 @@ def _struct(name: str, nullable: bool, inner: list[Check], where: str) -> Check:
             return
         for sub in inner:
             sub(value)
+
     return check
 
 
@@ -73,6 +75,7 @@ def _array_of_structs(name: str, nullable: bool, inner: list[Check], where: str)
             for item in items:
                 for sub in inner:
                     sub(item)
+
     return check
 
 
@@ -83,4 +86,5 @@ def checker(message_class: Any, version: int) -> Callable[[Any], None]:
     def check(message: Any) -> None:
         for sub in checks:
             sub(message)
+
     return check

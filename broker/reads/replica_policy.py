@@ -91,8 +91,7 @@ def source_replica(site: ReplicaSite, topic_id: str, partition: int) -> int | No
     record = state.record
     live = site.view.brokers
     me = site.config.node_id
-    in_sync = [r for r in [record.leader, *record.isr]
-               if r != me and r in live and live[r].az == site.config.az]
+    in_sync = [r for r in [record.leader, *record.isr] if r != me and r in live and live[r].az == site.config.az]
     if in_sync:
         return in_sync[0]
     return record.leader if record.leader != me and record.leader in live else None

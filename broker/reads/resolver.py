@@ -39,8 +39,10 @@ async def _records(sources: ReadSources, entries: Sequence[LogEntry]) -> list[Ou
 
 async def _coordinates(sources: ReadSources, entries: Sequence[LogEntry]) -> list[Outcome]:
     bodies = await sources.wal_reader.read_each([decode_ref(entry.payload) for entry in entries])
-    return [body if isinstance(body, Exception) else [entry.data[:BATCH_HEADER_SIZE], body[BATCH_HEADER_SIZE:]]
-            for entry, body in zip(entries, bodies)]
+    return [
+        body if isinstance(body, Exception) else [entry.data[:BATCH_HEADER_SIZE], body[BATCH_HEADER_SIZE:]]
+        for entry, body in zip(entries, bodies)
+    ]
 
 
 RESOLVERS: dict[EntryKind, KindResolver] = {

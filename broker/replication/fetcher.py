@@ -44,9 +44,15 @@ RPC_TIMEOUT_MARGIN_S = 10.0
 
 
 class ReplicaFetcher:
-    def __init__(self, config: "BrokerConfig", view: "ClusterView",
-                 pool: RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse], metrics: "BrokerMetrics",
-                 cross_az: "CrossAzBytes", clock: "Clock") -> None:
+    def __init__(
+        self,
+        config: "BrokerConfig",
+        view: "ClusterView",
+        pool: RpcClientPool[ReplicaFetchRequest, ReplicaFetchResponse],
+        metrics: "BrokerMetrics",
+        cross_az: "CrossAzBytes",
+        clock: "Clock",
+    ) -> None:
         self._config = config
         self._clock = clock
         self._cross_az = cross_az
@@ -71,7 +77,8 @@ class ReplicaFetcher:
         if leader_id not in self._loops or self._loops[leader_id].done():
             self._wake[leader_id] = asyncio.Event()
             self._loops[leader_id] = asyncio.get_running_loop().create_task(
-                self._run(leader_id), name=f"replica-fetcher-{leader_id}")
+                self._run(leader_id), name=f"replica-fetcher-{leader_id}"
+            )
         self._wake[leader_id].set()
 
     async def stop(self) -> None:
@@ -95,20 +102,28 @@ class ReplicaFetcher:
                 continue
             epochs = {p.key: p.leader_epoch for p in sent}
             request = ReplicaFetchRequest(
-                REPLICATION_VERSION, self._config.node_id, self._config.replica_fetch_wait_max_ms,
+                REPLICATION_VERSION,
+                self._config.node_id,
+                self._config.replica_fetch_wait_max_ms,
                 self._config.replica_fetch_max_bytes,
-                [FetchPartition(p.topic_id, p.index, p.log.log_end_offset, p.epochs.latest_epoch, p.leader_epoch)
-                 for p in sent])
+                [
+                    FetchPartition(p.topic_id, p.index, p.log.log_end_offset, p.epochs.latest_epoch, p.leader_epoch)
+                    for p in sent
+                ],
+            )
             client = self._pool.get(leader_id, broker.rpc_host, broker.rpc_port)
             try:
-                response = await client.call(request, self._config.replica_fetch_wait_max_ms / 1000
-                                             + RPC_TIMEOUT_MARGIN_S)
+                response = await client.call(
+                    request, self._config.replica_fetch_wait_max_ms / 1000 + RPC_TIMEOUT_MARGIN_S
+                )
             except RpcError as exc:
                 log.info("replica fetch from broker %d failed: %s", leader_id, exc)
                 await self._pause(leader_id, backoff_s)
                 continue
-            self._cross_az.replicated(client.address, sum(len(data) for r in response.partitions
-                                                          for kind, data in r.entries if kind == EntryKind.RECORDS))
+            self._cross_az.replicated(
+                client.address,
+                sum(len(data) for r in response.partitions for kind, data in r.entries if kind == EntryKind.RECORDS),
+            )
             for partition, result in zip(sent, response.partitions):
                 current = self._following.get(leader_id, {}).get(partition.key)
                 if current is not partition or partition.leader_epoch != epochs[partition.key]:
@@ -125,17 +140,25 @@ class ReplicaFetcher:
 
     def _apply(self, partition: "Partition", result: FetchedPartition) -> bool:
         """Apply one partition's answer; False when it failed (that partition backs off)."""
-        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and result.log_start_offset > partition.log.log_end_offset:
+        if (
+            result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+            and result.log_start_offset > partition.log.log_end_offset
+        ):
             partition.restart_at(result.log_start_offset)
             return True
         if result.error_code:
-            log.debug("%s-%d: replica fetch error %s", partition.topic, partition.index,
-                      ErrorCode(result.error_code).name)
+            log.debug(
+                "%s-%d: replica fetch error %s", partition.topic, partition.index, ErrorCode(result.error_code).name
+            )
             return False
         if result.diverging_epoch != NO_DIVERGENCE:
-            offset, _complete = truncation_offset(partition.epochs, partition.log.log_end_offset,
-                                                  result.diverging_epoch, result.diverging_end_offset,
-                                                  high_watermark=partition.log.high_watermark)
+            offset, _complete = truncation_offset(
+                partition.epochs,
+                partition.log.log_end_offset,
+                result.diverging_epoch,
+                result.diverging_end_offset,
+                high_watermark=partition.log.high_watermark,
+            )
             partition.truncate_to(offset)
             return True
         appended = partition.append_replicated(result.entries, result.high_watermark)

@@ -36,8 +36,9 @@ RESOLVE_BACKOFF_S = 0.5  # between reads of a state whose write had an unknown o
 
 
 class IsrUpdater:
-    def __init__(self, store: "MetadataStore", view: "ClusterView", replicas: "ReplicaManager", clock: "Clock",
-                 lag_max_ms: int) -> None:
+    def __init__(
+        self, store: "MetadataStore", view: "ClusterView", replicas: "ReplicaManager", clock: "Clock", lag_max_ms: int
+    ) -> None:
         self._store = store
         self._view = view
         self._replicas = replicas
@@ -70,15 +71,24 @@ class IsrUpdater:
                     continue
                 lagging = leader.shrink_candidates(now, self._lag_max_ms, partition.log.log_end_offset)
                 if lagging:
-                    log.info("%s-%d: followers %s out of sync for more than %d ms", partition.topic,
-                             partition.index, sorted(lagging), self._lag_max_ms)
+                    log.info(
+                        "%s-%d: followers %s out of sync for more than %d ms",
+                        partition.topic,
+                        partition.index,
+                        sorted(lagging),
+                        self._lag_max_ms,
+                    )
                     self._propose(partition, sorted(leader.isr - lagging))
 
     def _propose(self, partition: "Partition", isr: list[int]) -> None:
         state = self._view.partitions.get(TopicIdPartition(partition.topic_id, partition.index))
         leader = partition.leader_state
-        if state is None or leader is None or state.revision != partition.state_revision or \
-                leader.pending_isr is not None:
+        if (
+            state is None
+            or leader is None
+            or state.revision != partition.state_revision
+            or leader.pending_isr is not None
+        ):
             return
         leader.begin_isr_change(isr)
         record = msgspec.structs.replace(state.record, isr=isr, partition_epoch=state.record.partition_epoch + 1)
@@ -92,8 +102,14 @@ class IsrUpdater:
         try:
             new_revision = await self._store.put(key, value, expected_revision=revision)
         except MetadataUnavailable as exc:
-            log.warning("%s-%d: ISR change to %s has an unknown outcome (%s): keeping the larger ISR until "
-                        "the metadata store answers", partition.topic, partition.index, record.isr, exc)
+            log.warning(
+                "%s-%d: ISR change to %s has an unknown outcome (%s): keeping the larger ISR until "
+                "the metadata store answers",
+                partition.topic,
+                partition.index,
+                record.isr,
+                exc,
+            )
             await self._resolve(partition, key, revision)
             return
         except MetadataError as exc:  # a conflict, or a refusal: not applied
@@ -109,8 +125,11 @@ class IsrUpdater:
         happen (the committed ISR stands); anything newer goes to the view, which settles the
         pending change with what the store holds (ours, or a later decision)."""
         epoch = partition.leader_epoch
-        while partition.leader_state is not None and partition.leader_epoch == epoch \
-                and partition.leader_state.pending_isr is not None:
+        while (
+            partition.leader_state is not None
+            and partition.leader_epoch == epoch
+            and partition.leader_state.pending_isr is not None
+        ):
             try:
                 current = await self._store.get(key)
             except MetadataUnavailable:

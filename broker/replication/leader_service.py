@@ -36,8 +36,14 @@ if TYPE_CHECKING:
 
 
 class ReplicaFetchService:
-    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", waiters: "FetchWaiters",
-                 isr: "IsrUpdater", clock: "Clock") -> None:
+    def __init__(
+        self,
+        catalog: "TopicCatalog",
+        replicas: "ReplicaManager",
+        waiters: "FetchWaiters",
+        isr: "IsrUpdater",
+        clock: "Clock",
+    ) -> None:
         self._catalog = catalog
         self._replicas = replicas
         self._waiters = waiters
@@ -63,13 +69,21 @@ class ReplicaFetchService:
                 results.append(result)
             remaining = deadline - loop.time()
             told = self._told_hw.get(request.replica_id, {})
-            if sent or remaining <= 0 or self.stopping or any(
-                    r.error_code or r.diverging_epoch >= 0
-                    or r.high_watermark > told.get((r.topic_id, r.partition), -1)
-                    for r in results):
+            if (
+                sent
+                or remaining <= 0
+                or self.stopping
+                or any(
+                    r.error_code or r.diverging_epoch >= 0 or r.high_watermark > told.get((r.topic_id, r.partition), -1)
+                    for r in results
+                )
+            ):
                 self._told_hw[request.replica_id] = {
-                    (r.topic_id, r.partition): r.high_watermark if not r.error_code
-                    else told.get((r.topic_id, r.partition), -1) for r in results}
+                    (r.topic_id, r.partition): r.high_watermark
+                    if not r.error_code
+                    else told.get((r.topic_id, r.partition), -1)
+                    for r in results
+                }
                 return ReplicaFetchResponse(REPLICATION_VERSION, results)
             await self._waiters.wait([(self._name(p), p.partition) for p in request.partitions], remaining)
 
@@ -90,19 +104,40 @@ class ReplicaFetchService:
             # leader's unreplicated tail) must learn where to truncate, not that it is out of range.
             diverging = check_fetch_position(partition.epochs, leo, wanted.fetch_offset, wanted.last_fetched_epoch)
             if diverging is not None:
-                return FetchedPartition(wanted.topic_id, wanted.partition, 0, log.high_watermark, log.log_start_offset,
-                                        diverging[0], diverging[1])
+                return FetchedPartition(
+                    wanted.topic_id,
+                    wanted.partition,
+                    0,
+                    log.high_watermark,
+                    log.log_start_offset,
+                    diverging[0],
+                    diverging[1],
+                )
             if wanted.fetch_offset > leo:
                 raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
             assert partition.leader_state is not None
             if partition.leader_state.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
                 partition.advance_high_watermark()
                 self._isr.maybe_expand(partition, replica_id)
-            entries = [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)] \
-                if wanted.fetch_offset < leo and max_bytes > 0 else []
-            return FetchedPartition(wanted.topic_id, wanted.partition, 0, log.high_watermark, log.log_start_offset,
-                                    entries=entries)  # type: ignore[arg-type]  # msgspec sends a memoryview as bytes
+            entries = (
+                [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)]
+                if wanted.fetch_offset < leo and max_bytes > 0
+                else []
+            )
+            return FetchedPartition(
+                wanted.topic_id,
+                wanted.partition,
+                0,
+                log.high_watermark,
+                log.log_start_offset,
+                entries=entries,  # type: ignore[arg-type]  # msgspec sends a memoryview as bytes
+            )
         except ApiError as exc:
             log_ = partition.log if partition is not None else None
-            return FetchedPartition(wanted.topic_id, wanted.partition, int(exc.code),
-                                    log_.high_watermark if log_ else -1, log_.log_start_offset if log_ else -1)
+            return FetchedPartition(
+                wanted.topic_id,
+                wanted.partition,
+                int(exc.code),
+                log_.high_watermark if log_ else -1,
+                log_.log_start_offset if log_ else -1,
+            )

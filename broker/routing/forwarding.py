@@ -45,8 +45,13 @@ async def forward(broker: "RoutingSite", node: int, header: RequestHeader, reque
     registration = broker.view.brokers.get(node)
     if registration is None:
         raise RpcUnavailable(f"broker {node} left the cluster")
-    message = KafkaForwardRequest(ROUTING_VERSION, header.api_key, header.api_version, header.client_id,
-                                  bytes(request.encode(version=header.api_version)))
+    message = KafkaForwardRequest(
+        ROUTING_VERSION,
+        header.api_key,
+        header.api_version,
+        header.client_id,
+        bytes(request.encode(version=header.api_version)),
+    )
     client = broker.rpc_pool.get(node, registration.rpc_host or "", registration.rpc_port)
     answer = cast(KafkaForwardResponse, await client.call(message, FORWARD_TIMEOUT_S))
     return RESPONSE_CLASSES[header.api_key].decode(answer.body, version=header.api_version)
@@ -64,13 +69,23 @@ class Forwarded:
         self._slots[position] = (results, len(results))
         results.append(None)
 
-    async def fill(self, broker: "RoutingSite", header: RequestHeader, request: Any, topics_attr: str,
-                   partitions_attr: str, failed: Callable[[Any], Any]) -> None:
+    async def fill(
+        self,
+        broker: "RoutingSite",
+        header: RequestHeader,
+        request: Any,
+        topics_attr: str,
+        partitions_attr: str,
+        failed: Callable[[Any], Any],
+    ) -> None:
         """Ask each node for its partitions (concurrently); `failed(original partition)` makes
         the answer for a partition whose node could not be asked."""
+
         async def ask(node: int, wanted: list[tuple[int, int]]) -> None:
             try:
-                response = await forward(broker, node, header, sub_request(request, topics_attr, partitions_attr, wanted))
+                response = await forward(
+                    broker, node, header, sub_request(request, topics_attr, partitions_attr, wanted)
+                )
                 answers = [p for t in getattr(response, topics_attr) for p in getattr(t, partitions_attr)]
             except RpcError:
                 answers = [failed(getattr(getattr(request, topics_attr)[t], partitions_attr)[p]) for t, p in wanted]
@@ -79,4 +94,3 @@ class Forwarded:
                 results[slot] = answer
 
         await asyncio.gather(*(ask(node, wanted) for node, wanted in self._wanted.items()))
-

@@ -58,15 +58,29 @@ class ReplicaReadService:
             hw = log.high_watermark
             if not holds(partition, wanted.fetch_offset):
                 if not is_authoritative(partition):  # only the leader knows whether the offset is valid
-                    raise ApiError(ErrorCode.OFFSET_NOT_AVAILABLE,
-                                   f"this replica holds [{log.log_start_offset}, {log.log_end_offset}]: "
-                                   f"ask the leader for offset {wanted.fetch_offset}")
-                raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {wanted.fetch_offset} is outside "
-                                                              f"[{log.log_start_offset}, {log.log_end_offset}]")
+                    raise ApiError(
+                        ErrorCode.OFFSET_NOT_AVAILABLE,
+                        f"this replica holds [{log.log_start_offset}, {log.log_end_offset}]: "
+                        f"ask the leader for offset {wanted.fetch_offset}",
+                    )
+                raise ApiError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {wanted.fetch_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
+                )
             entries = log.read(wanted.fetch_offset, wanted.max_bytes, hw) if wanted.fetch_offset < hw else []
-            return ReadResult(wanted.topic_id, wanted.partition, 0, hw, log.log_start_offset,
-                              [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS])  # type: ignore[misc]  # msgspec sends a memoryview as bytes
+            return ReadResult(
+                wanted.topic_id,
+                wanted.partition,
+                0,
+                hw,
+                log.log_start_offset,
+                [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS],  # type: ignore[misc]  # msgspec sends a memoryview as bytes
+            )
         except ApiError as exc:
-            return ReadResult(wanted.topic_id, wanted.partition, int(exc.code),
-                              log.high_watermark if log is not None else -1,
-                              log.log_start_offset if log is not None else -1)
+            return ReadResult(
+                wanted.topic_id,
+                wanted.partition,
+                int(exc.code),
+                log.high_watermark if log is not None else -1,
+                log.log_start_offset if log is not None else -1,
+            )

@@ -35,11 +35,14 @@ class RemoteRead:
         self.error_code = result.error_code
         self.high_watermark = result.high_watermark
         self.log_start_offset = result.log_start_offset
-        self.entries = [LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries]
+        self.entries = [
+            LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries
+        ]
 
 
-async def read_remote(broker: "RoutingSite", wanted: list[Wanted],
-                      max_wait_ms: int) -> dict[tuple[str, int], RemoteRead]:
+async def read_remote(
+    broker: "RoutingSite", wanted: list[Wanted], max_wait_ms: int
+) -> dict[tuple[str, int], RemoteRead]:
     """Entries for every wanted partition, one RPC per source broker, concurrently. A source
     that is not the leader serves only offsets it holds; for the others it answers
     OFFSET_NOT_AVAILABLE and the leader is asked, whose answer (OFFSET_OUT_OF_RANGE included)
@@ -54,21 +57,29 @@ async def read_remote(broker: "RoutingSite", wanted: list[Wanted],
     return answers
 
 
-async def _ask_sources(broker: "RoutingSite", wanted: list[Wanted], max_wait_ms: int,
-                       choose: Callable[[ReplicaSite, str, int], int | None],
-                       ) -> dict[tuple[str, int], RemoteRead]:
+async def _ask_sources(
+    broker: "RoutingSite",
+    wanted: list[Wanted],
+    max_wait_ms: int,
+    choose: Callable[[ReplicaSite, str, int], int | None],
+) -> dict[tuple[str, int], RemoteRead]:
     by_source: dict[int, list[Wanted]] = {}
     answers: dict[tuple[str, int], RemoteRead] = {}
     for item in wanted:
         source = choose(broker, item[2], item[1])
         if source is None:
-            answers[(item[0], item[1])] = RemoteRead(ReadResult(item[2], item[1], ErrorCode.LEADER_NOT_AVAILABLE, -1, -1))
+            answers[(item[0], item[1])] = RemoteRead(
+                ReadResult(item[2], item[1], ErrorCode.LEADER_NOT_AVAILABLE, -1, -1)
+            )
         else:
             by_source.setdefault(source, []).append(item)
 
     async def ask(source: int, items: list[Wanted]) -> None:
-        request = ReplicaReadRequest(ROUTING_VERSION, max_wait_ms,
-                                     [ReadPartition(tid, index, offset, limit) for _n, index, tid, offset, limit in items])
+        request = ReplicaReadRequest(
+            ROUTING_VERSION,
+            max_wait_ms,
+            [ReadPartition(tid, index, offset, limit) for _n, index, tid, offset, limit in items],
+        )
         try:
             registration = broker.view.brokers.get(source)
             if registration is None:
@@ -77,8 +88,9 @@ async def _ask_sources(broker: "RoutingSite", wanted: list[Wanted], max_wait_ms:
             response = cast(ReplicaReadResponse, await client.call(request, max_wait_ms / 1000 + RPC_MARGIN_S))
             results = response.partitions
         except RpcError:
-            results = [ReadResult(tid, index, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1)
-                       for _n, index, tid, _o, _l in items]
+            results = [
+                ReadResult(tid, index, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1) for _n, index, tid, _o, _l in items
+            ]
         for (name, index, *_rest), result in zip(items, results):
             answers[(name, index)] = RemoteRead(result)
 

@@ -94,7 +94,7 @@ class FrameDecoder:
             body = self._body
             if body is not None:
                 take = min(len(body) - self._filled, end - pos)
-                body[self._filled:self._filled + take] = view[pos:pos + take]
+                body[self._filled : self._filled + take] = view[pos : pos + take]
                 self._filled += take
                 pos += take
                 if self._filled == len(body):
@@ -106,14 +106,14 @@ class FrameDecoder:
                 pos += HEADER_BYTES
             else:
                 take = min(HEADER_BYTES - len(self._head), end - pos)
-                self._head += view[pos:pos + take]
+                self._head += view[pos : pos + take]
                 pos += take
                 if len(self._head) < HEADER_BYTES:
                     break
                 body_bytes = self._parse_header(self._head, 0)
                 self._head.clear()
             if end - pos >= body_bytes:
-                frames.append(Frame(self._kind, self._correlation_id, view[pos:pos + body_bytes]))
+                frames.append(Frame(self._kind, self._correlation_id, view[pos : pos + body_bytes]))
                 pos += body_bytes
             else:
                 self._body = bytearray(body_bytes)

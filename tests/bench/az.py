@@ -53,8 +53,18 @@ from broker.devcluster import DevCluster
 
 from .cluster import metadata_via, wait_for
 from .pacing import QueueStayedFull, send_for
-from .diskless import CONSUMER, PRODUCER, Samples, machine_busy_seconds, object_store_url, percentile, \
-    process_cpu, s3_endpoint, scrape, total
+from .diskless import (
+    CONSUMER,
+    PRODUCER,
+    Samples,
+    machine_busy_seconds,
+    object_store_url,
+    percentile,
+    process_cpu,
+    s3_endpoint,
+    scrape,
+    total,
+)
 
 AZS = ("az1", "az2", "az3")
 TOPIC = "bench-az"
@@ -85,10 +95,14 @@ class Probe:
 
     def snap(self) -> Snapshot:
         brokers = self.cluster.pids()
-        cpu = {"brokers": sum(process_cpu(pid) for name, pid in brokers.items() if name.startswith("broker")),
-               "etcd": process_cpu(brokers["etcd"]), "client": process_cpu(os.getpid()),
-               "machine": machine_busy_seconds(), "idle moto": process_cpu(brokers["s3"]),
-               **{who: process_cpu(pid) for who, pid in self.pids.items()}}
+        cpu = {
+            "brokers": sum(process_cpu(pid) for name, pid in brokers.items() if name.startswith("broker")),
+            "etcd": process_cpu(brokers["etcd"]),
+            "client": process_cpu(os.getpid()),
+            "machine": machine_busy_seconds(),
+            "idle moto": process_cpu(brokers["s3"]),
+            **{who: process_cpu(pid) for who, pid in self.pids.items()},
+        }
         metrics = [scrape(f"http://127.0.0.1:{b.metrics_port}/metrics") for b in self.cluster.brokers]
         return Snapshot(time.perf_counter(), metrics, cpu)
 
@@ -129,23 +143,32 @@ class Delta:
         used = {who: self.b.cpu[who] - self.a.cpu[who] for who in self.a.cpu}
         ours = [who for who in used if who != "machine"]
         others = max(used["machine"] - sum(used[who] for who in ours), 0.0)
-        return ("CPU (% of one core; " + f"{os.cpu_count()} cores): "
-                + ", ".join(f"{who} {used[who] / seconds * 100:.0f}%" for who in ours)
-                + f", other processes {others / seconds * 100:.0f}%")
+        return (
+            "CPU (% of one core; "
+            + f"{os.cpu_count()} cores): "
+            + ", ".join(f"{who} {used[who] / seconds * 100:.0f}%" for who in ours)
+            + f", other processes {others / seconds * 100:.0f}%"
+        )
 
 
 def broker_lines(cluster: DevCluster, delta: Delta) -> list[str]:
-    lines = [f"    {'broker':10} {'produced MiB':>12} {'fetched MiB':>11} {'WAL objects':>11} "
-             f"{'commits local/remote':>20}  cross-AZ bytes records/metadata/client"]
+    lines = [
+        f"    {'broker':10} {'produced MiB':>12} {'fetched MiB':>11} {'WAL objects':>11} "
+        f"{'commits local/remote':>20}  cross-AZ bytes records/metadata/client"
+    ]
     for b in cluster.brokers:
         n = b.node_id
         kind = f"{n} {b.az}{'*' if b.stateless else ''}"
-        commits = (f"{delta.d(n, 'shoal_wal_commit_requests_total', target='local'):.0f} / "
-                   f"{delta.d(n, 'shoal_wal_commit_requests_total', target='remote'):.0f}")
+        commits = (
+            f"{delta.d(n, 'shoal_wal_commit_requests_total', target='local'):.0f} / "
+            f"{delta.d(n, 'shoal_wal_commit_requests_total', target='remote'):.0f}"
+        )
         cross = " / ".join(f"{delta.d(n, 'shoal_cross_az_bytes_total', kind=k):,.0f}" for k in KINDS)
-        lines.append(f"    {kind:10} {delta.d(n, 'shoal_produced_bytes_total') / MIB:12.1f} "
-                     f"{delta.d(n, 'shoal_fetched_bytes_total') / MIB:11.1f} "
-                     f"{delta.d(n, 'shoal_wal_objects_total', outcome='committed'):11.0f} {commits:>20}  {cross}")
+        lines.append(
+            f"    {kind:10} {delta.d(n, 'shoal_produced_bytes_total') / MIB:12.1f} "
+            f"{delta.d(n, 'shoal_fetched_bytes_total') / MIB:11.1f} "
+            f"{delta.d(n, 'shoal_wal_objects_total', outcome='committed'):11.0f} {commits:>20}  {cross}"
+        )
     lines.append("    (* stateless)")
     return lines
 
@@ -173,9 +196,15 @@ class AzProducer:
     def __init__(self, cluster: DevCluster, az: str, args: argparse.Namespace) -> None:
         self.az = az
         self.args = args
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_by_az[az],
-                                  "client.id": f"bench-az,shoal_az={az}", **PRODUCER,
-                                  "linger.ms": args.linger_ms, "queue.buffering.max.messages": QUEUE_RECORDS})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_by_az[az],
+                "client.id": f"bench-az,shoal_az={az}",
+                **PRODUCER,
+                "linger.ms": args.linger_ms,
+                "queue.buffering.max.messages": QUEUE_RECORDS,
+            }
+        )
         self._thread: threading.Thread | None = None
         self._phase = Phase()
         self._error: str | None = None
@@ -189,8 +218,9 @@ class AzProducer:
 
     def run(self, seconds: float, rate_rps: float = 0.0) -> None:
         self._phase, self._error = Phase(size=self.args.size), None
-        self._thread = threading.Thread(target=self._send, args=(seconds, rate_rps), name=f"bench-{self.az}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._send, args=(seconds, rate_rps), name=f"bench-{self.az}", daemon=True
+        )
         self._thread.start()
 
     def result(self) -> Phase:
@@ -220,8 +250,9 @@ class AzProducer:
                 ends[msg.partition()] = msg.offset() + 1
 
         try:
-            started = send_for([self.producer], TOPIC, partitions, payload, seconds, rate_rps, on_delivery,
-                               FLUSH_LIMIT_S)
+            started = send_for(
+                [self.producer], TOPIC, partitions, payload, seconds, rate_rps, on_delivery, FLUSH_LIMIT_S
+            )
         except QueueStayedFull as exc:
             self._error = str(exc)
             return
@@ -230,12 +261,19 @@ class AzProducer:
             self._error = f"{len(failures)} deliveries failed, {left} undelivered; first: {failures[:1]}"
             return
         latencies.sort()
-        self._phase = Phase(len(latencies), last_ack[0] - started, percentile(latencies, 0.5) * 1000,
-                            percentile(latencies, 0.99) * 1000, self.args.size, ends)
+        self._phase = Phase(
+            len(latencies),
+            last_ack[0] - started,
+            percentile(latencies, 0.5) * 1000,
+            percentile(latencies, 0.99) * 1000,
+            self.args.size,
+            ends,
+        )
 
 
-def produce_phase(producers: list[AzProducer], seconds: float,
-                  rates: dict[str, float] | None = None) -> dict[str, Phase]:
+def produce_phase(
+    producers: list[AzProducer], seconds: float, rates: dict[str, float] | None = None
+) -> dict[str, Phase]:
     for producer in producers:
         producer.run(seconds, (rates or {}).get(producer.az, 0.0))
     return {producer.az: producer.result() for producer in producers}
@@ -256,9 +294,15 @@ class Read:
 def read_az(cluster: DevCluster, az: str, ends: dict[int, int], limit_s: float, out: Read) -> None:
     """Every partition from offset 0 to `ends`, through the AZ's own brokers, for at most `limit_s`."""
     try:
-        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_by_az[az], **CONSUMER,
-                             "client.id": f"bench-az-reader,shoal_az={az}", "client.rack": az,
-                             "group.id": f"bench-az-{az}"})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_by_az[az],
+                **CONSUMER,
+                "client.id": f"bench-az-reader,shoal_az={az}",
+                "client.rack": az,
+                "group.id": f"bench-az-{az}",
+            }
+        )
         consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in ends])
         positions = dict.fromkeys(ends, 0)
         started = time.perf_counter()
@@ -283,16 +327,20 @@ def read_az(cluster: DevCluster, az: str, ends: dict[int, int], limit_s: float, 
 def create_topic(cluster: DevCluster, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     replicas = [[p % 3, (p + 1) % 3, (p + 2) % 3] for p in range(partitions)]  # leaders 0, 1, 2, 0, ...
-    topic = NewTopic(TOPIC, partitions, replica_assignment=replicas,
-                     config={"diskless.enable": "true", "min.insync.replicas": "2"})
+    topic = NewTopic(
+        TOPIC, partitions, replica_assignment=replicas, config={"diskless.enable": "true", "min.insync.replicas": "2"}
+    )
     admin.create_topics([topic])[TOPIC].result(30)
     del admin  # a live client would log the cluster's shutdown as connection failures
 
     def ready() -> bool:  # every broker names a leader (or representative) and a full ISR everywhere
         for broker in cluster.brokers:
             answer = metadata_via(broker.bootstrap, [TOPIC])
-            if answer is None or len(answer[1]) != partitions or any(
-                    s.leader < 0 or len(s.isr) != 3 for s in answer[1].values()):
+            if (
+                answer is None
+                or len(answer[1]) != partitions
+                or any(s.leader < 0 or len(s.isr) != 3 for s in answer[1].values())
+            ):
                 return False
         return True
 
@@ -313,25 +361,34 @@ class Result:
 
 def print_produce(name: str, cluster: DevCluster, phases: dict[str, Phase], delta: Delta) -> None:
     records = sum(p.records for p in phases.values())
-    print(f"  {name}: " + "; ".join(f"{az} {p.mib_s:.1f} MiB/s, p50/p99 {p.p50_ms:.0f}/{p.p99_ms:.0f} ms"
-                                     for az, p in phases.items())
-          + f"; {records:,} records")
+    print(
+        f"  {name}: "
+        + "; ".join(f"{az} {p.mib_s:.1f} MiB/s, p50/p99 {p.p50_ms:.0f}/{p.p99_ms:.0f} ms" for az, p in phases.items())
+        + f"; {records:,} records"
+    )
     produced = delta.produced
     seconds = delta.b.at - delta.a.at
-    print(f"    produced {produced / MIB:.1f} MiB (batches); cross-AZ bytes per GiB produced: "
-          + ", ".join(f"{k} {delta.cross_az(k) / produced * GIB:,.0f}" for k in KINDS)
-          + f" (metadata {delta.cross_az('metadata') / seconds:,.0f} B/s)")
+    print(
+        f"    produced {produced / MIB:.1f} MiB (batches); cross-AZ bytes per GiB produced: "
+        + ", ".join(f"{k} {delta.cross_az(k) / produced * GIB:,.0f}" for k in KINDS)
+        + f" (metadata {delta.cross_az('metadata') / seconds:,.0f} B/s)"
+    )
     objects = delta.objects
-    print(f"    WAL objects committed {objects:.0f}; commit requests local {delta.commits('local'):.0f}, remote "
-          f"{delta.commits('remote'):.0f}: {delta.commits() / objects:.2f} per object "
-          f"({delta.commits('remote') / objects:.2f} remote)" if objects else "    no WAL object committed")
+    print(
+        f"    WAL objects committed {objects:.0f}; commit requests local {delta.commits('local'):.0f}, remote "
+        f"{delta.commits('remote'):.0f}: {delta.commits() / objects:.2f} per object "
+        f"({delta.commits('remote') / objects:.2f} remote)"
+        if objects
+        else "    no WAL object committed"
+    )
     print(f"    {delta.cpu_line()}")
     for line in broker_lines(cluster, delta):
         print(line)
 
 
-def produce_phases(cluster: DevCluster, probe: Probe, args: argparse.Namespace) \
-        -> tuple[dict[str, Phase], dict[str, Phase], Delta, Delta, Snapshot]:
+def produce_phases(
+    cluster: DevCluster, probe: Probe, args: argparse.Namespace
+) -> tuple[dict[str, Phase], dict[str, Phase], Delta, Delta, Snapshot]:
     """Phases 1 and 2: (full, half, their deltas, the last snapshot). The producers are gone on
     return, so nothing but the brokers' own traffic runs afterwards."""
     producers = [AzProducer(cluster, az, args) for az in AZS]
@@ -345,8 +402,9 @@ def produce_phases(cluster: DevCluster, probe: Probe, args: argparse.Namespace) 
     print_produce(f"full load {args.seconds:g} s", cluster, full, full_delta)
     if args.paced_seconds <= 0:
         return full, {}, full_delta, full_delta, s1
-    half = produce_phase(producers, args.paced_seconds,
-                         {az: p.records / p.seconds / 2 for az, p in full.items() if p.seconds})
+    half = produce_phase(
+        producers, args.paced_seconds, {az: p.records / p.seconds / 2 for az, p in full.items() if p.seconds}
+    )
     time.sleep(SETTLE_S)
     s2 = probe.snap()
     half_delta = Delta(s1, s2)
@@ -356,16 +414,20 @@ def produce_phases(cluster: DevCluster, probe: Probe, args: argparse.Namespace) 
 
 def print_idle(delta: Delta) -> None:
     seconds = delta.b.at - delta.a.at
-    print(f"  idle {seconds:.0f} s (no clients): cross-AZ bytes per second: "
-          + ", ".join(f"{k} {delta.cross_az(k) / seconds:,.0f}" for k in KINDS))
+    print(
+        f"  idle {seconds:.0f} s (no clients): cross-AZ bytes per second: "
+        + ", ".join(f"{k} {delta.cross_az(k) / seconds:,.0f}" for k in KINDS)
+    )
 
 
 def run(args: argparse.Namespace, proxy_port: int, pids: dict[str, int | None]) -> Result:
     started = time.monotonic()
     settings = {"object.store": object_store_url(proxy_port)}
     with DevCluster(3, 3, stateless_per_az=1, settings=settings) as cluster:
-        print(f"[3 AZs: brokers 0-2 with data dirs, 3-5 stateless; {args.partitions} partitions RF=3] "
-              f"started in {time.monotonic() - started:.1f} s")
+        print(
+            f"[3 AZs: brokers 0-2 with data dirs, 3-5 stateless; {args.partitions} partitions RF=3] "
+            f"started in {time.monotonic() - started:.1f} s"
+        )
         create_topic(cluster, args.partitions)
         probe = Probe(cluster, pids)
         full, half, full_delta, half_delta, s2 = produce_phases(cluster, probe, args)
@@ -387,8 +449,12 @@ def run(args: argparse.Namespace, proxy_port: int, pids: dict[str, int | None]) 
                     for p, end in phase.ends.items():
                         ends[p] = max(ends[p], end)
             reads = {az: Read() for az in AZS}
-            threads = [threading.Thread(target=read_az, args=(cluster, az, dict(ends), args.read_seconds, reads[az]),
-                                        daemon=True) for az in AZS]
+            threads = [
+                threading.Thread(
+                    target=read_az, args=(cluster, az, dict(ends), args.read_seconds, reads[az]), daemon=True
+                )
+                for az in AZS
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -415,8 +481,10 @@ def coordinators(cluster: DevCluster) -> str:
     try:
         found = admin.describe_consumer_groups([f"bench-az-{az}" for az in AZS])
         where = {b.node_id: b.az for b in cluster.brokers}
-        return ", ".join(f"{group}: broker {(n := future.result(10).coordinator.id)} ({where.get(n)})"
-                         for group, future in found.items())
+        return ", ".join(
+            f"{group}: broker {(n := future.result(10).coordinator.id)} ({where.get(n)})"
+            for group, future in found.items()
+        )
     except Exception as exc:  # only informative
         return f"unknown ({exc!r})"
     finally:
@@ -424,28 +492,44 @@ def coordinators(cluster: DevCluster) -> str:
 
 
 def print_read(cluster: DevCluster, reads: dict[str, Read], delta: Delta, records: int) -> None:
-    print(f"  read ({records:,} records per consumer, from offset 0): " + "; ".join(
-        f"{az} {r.bytes / MIB:.0f} MiB at {r.bytes / MIB / r.seconds if r.seconds else 0:.1f} MiB/s"
-        f"{'' if r.done else ' (not finished)'}{f' ERROR {r.error}' if r.error else ''}" for az, r in reads.items()))
-    print("    fetched by each AZ's brokers / read by its consumer: " + ", ".join(
-        f"{az} {az_fetched(cluster, delta, az) / MIB:.0f} / {r.bytes / MIB:.0f} MiB" for az, r in reads.items()))
+    print(
+        f"  read ({records:,} records per consumer, from offset 0): "
+        + "; ".join(
+            f"{az} {r.bytes / MIB:.0f} MiB at {r.bytes / MIB / r.seconds if r.seconds else 0:.1f} MiB/s"
+            f"{'' if r.done else ' (not finished)'}{f' ERROR {r.error}' if r.error else ''}"
+            for az, r in reads.items()
+        )
+    )
+    print(
+        "    fetched by each AZ's brokers / read by its consumer: "
+        + ", ".join(
+            f"{az} {az_fetched(cluster, delta, az) / MIB:.0f} / {r.bytes / MIB:.0f} MiB" for az, r in reads.items()
+        )
+    )
     fetched = delta.fetched
-    print("    cross-AZ bytes per GiB fetched: "
-          + ", ".join(f"{k} {delta.cross_az(k) / fetched * GIB if fetched else float('nan'):,.0f}" for k in KINDS))
+    print(
+        "    cross-AZ bytes per GiB fetched: "
+        + ", ".join(f"{k} {delta.cross_az(k) / fetched * GIB if fetched else float('nan'):,.0f}" for k in KINDS)
+    )
     print(f"    {delta.cpu_line()}")
     for line in broker_lines(cluster, delta):
         print(line)
 
 
 def summary(result: Result, args: argparse.Namespace) -> None:
-    print(f"\nsummary: 3 AZs x (1 broker + 1 stateless), {args.partitions} partitions RF=3, one producer per AZ, "
-          f"{args.size} B records, linger.ms {args.linger_ms}")
-    print(f"  {'':10} {'full load MiB/s':>16} {'full p50 / p99 ms':>18} "
-          f"{'half load MiB/s':>16} {'half p50 / p99 ms':>18}")
+    print(
+        f"\nsummary: 3 AZs x (1 broker + 1 stateless), {args.partitions} partitions RF=3, one producer per AZ, "
+        f"{args.size} B records, linger.ms {args.linger_ms}"
+    )
+    print(
+        f"  {'':10} {'full load MiB/s':>16} {'full p50 / p99 ms':>18} {'half load MiB/s':>16} {'half p50 / p99 ms':>18}"
+    )
     for az in AZS:
         f, h = result.full[az], result.half.get(az, Phase())
-        print(f"  {az:10} {f.mib_s:16.1f} {f'{f.p50_ms:.0f} / {f.p99_ms:.0f}':>18} {h.mib_s:16.1f} "
-              f"{f'{h.p50_ms:.0f} / {h.p99_ms:.0f}':>18}")
+        print(
+            f"  {az:10} {f.mib_s:16.1f} {f'{f.p50_ms:.0f} / {f.p99_ms:.0f}':>18} {h.mib_s:16.1f} "
+            f"{f'{h.p50_ms:.0f} / {h.p99_ms:.0f}':>18}"
+        )
     tot_f = sum(p.mib_s for p in result.full.values())
     tot_h = sum(p.mib_s for p in result.half.values())
     print(f"  {'all AZs':10} {tot_f:16.1f} {'':>18} {tot_h:16.1f}")
@@ -453,32 +537,50 @@ def summary(result: Result, args: argparse.Namespace) -> None:
         if name == "half load" and not result.half:
             continue
         produced, objects, seconds = delta.produced, delta.objects, delta.b.at - delta.a.at
-        print(f"  {name}: cross-AZ bytes per GiB produced "
-              + ", ".join(f"{k} {delta.cross_az(k) / produced * GIB:,.0f}" for k in KINDS)
-              + f" (metadata {delta.cross_az('metadata') / seconds:,.0f} B/s)"
-              + (f"; commit RPCs per WAL object {delta.commits() / objects:.2f} "
-                 f"({delta.commits('remote') / objects:.2f} remote, {objects:.0f} objects)" if objects else ""))
+        print(
+            f"  {name}: cross-AZ bytes per GiB produced "
+            + ", ".join(f"{k} {delta.cross_az(k) / produced * GIB:,.0f}" for k in KINDS)
+            + f" (metadata {delta.cross_az('metadata') / seconds:,.0f} B/s)"
+            + (
+                f"; commit RPCs per WAL object {delta.commits() / objects:.2f} "
+                f"({delta.commits('remote') / objects:.2f} remote, {objects:.0f} objects)"
+                if objects
+                else ""
+            )
+        )
     if result.idle_delta is not None:
         delta = result.idle_delta
         seconds = delta.b.at - delta.a.at
-        print(f"  idle {seconds:.0f} s: cross-AZ bytes per second "
-              + ", ".join(f"{k} {delta.cross_az(k) / seconds:,.0f}" for k in KINDS))
+        print(
+            f"  idle {seconds:.0f} s: cross-AZ bytes per second "
+            + ", ".join(f"{k} {delta.cross_az(k) / seconds:,.0f}" for k in KINDS)
+        )
     if result.read_delta is not None:
         delta = result.read_delta
         fetched = delta.fetched
-        print("  read (one consumer per AZ, concurrently): fetched by the AZ's own brokers / read by its consumer, "
-              "MiB: " + ", ".join(f"{az} {result.fetched_by_az[az] / MIB:.0f} / {r.bytes / MIB:.0f}"
-                                  for az, r in result.reads.items()))
-        print("  read: cross-AZ bytes per GiB fetched "
-              + ", ".join(f"{k} {delta.cross_az(k) / fetched * GIB if fetched else float('nan'):,.0f}" for k in KINDS))
+        print(
+            "  read (one consumer per AZ, concurrently): fetched by the AZ's own brokers / read by its consumer, "
+            "MiB: "
+            + ", ".join(
+                f"{az} {result.fetched_by_az[az] / MIB:.0f} / {r.bytes / MIB:.0f}" for az, r in result.reads.items()
+            )
+        )
+        print(
+            "  read: cross-AZ bytes per GiB fetched "
+            + ", ".join(f"{k} {delta.cross_az(k) / fetched * GIB if fetched else float('nan'):,.0f}" for k in KINDS)
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=15.0, help="full-load phase")
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="half-load phase (0: none)")
-    parser.add_argument("--idle-seconds", type=float, default=5.0,
-                        help="no clients, after producing: the cross-AZ bytes the brokers exchange by themselves")
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=5.0,
+        help="no clients, after producing: the cross-AZ bytes the brokers exchange by themselves",
+    )
     parser.add_argument("--read-seconds", type=float, default=20.0, help="limit of the read phase (0: none)")
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--size", type=int, default=1024, help="record size in bytes")

@@ -76,11 +76,15 @@ class PartitionState:
 
 def metadata(conn: RawConnection, topics: list[str]) -> tuple[int, dict[tuple[str, int], PartitionState]]:
     """(controller id, (topic, partition) -> leader and ISR) as the broker behind `conn` answers."""
-    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                              allow_auto_topic_creation=False)
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=False
+    )
     response = conn.request(request, 12, timeout_s=2.0)
-    states = {(t.name, p.partition_index): PartitionState(p.leader_id, sorted(p.isr_nodes))
-              for t in response.topics for p in t.partitions}
+    states = {
+        (t.name, p.partition_index): PartitionState(p.leader_id, sorted(p.isr_nodes))
+        for t in response.topics
+        for p in t.partitions
+    }
     return response.controller_id, states
 
 
@@ -102,7 +106,8 @@ def fully_replicated(cluster: DevCluster, topics: list[str], partitions: int, re
             return False
         states = answer[1]
         if len(states) != len(topics) * partitions or any(
-                s.leader not in live or len(s.isr) != replicas for s in states.values()):
+            s.leader not in live or len(s.isr) != replicas for s in states.values()
+        ):
             return False
     return True
 
@@ -130,9 +135,13 @@ class Snapshot:
 def snap(cluster: DevCluster) -> Snapshot:
     """Every broker's metrics and the CPU seconds of every process in play."""
     pids = cluster.pids()
-    cpu = {"brokers": sum(process_cpu(pid) for name, pid in pids.items() if name.startswith("broker")),
-           "moto": process_cpu(pids["s3"]), "etcd": process_cpu(pids["etcd"]),
-           "client": process_cpu(os.getpid()), "machine": machine_busy_seconds()}
+    cpu = {
+        "brokers": sum(process_cpu(pid) for name, pid in pids.items() if name.startswith("broker")),
+        "moto": process_cpu(pids["s3"]),
+        "etcd": process_cpu(pids["etcd"]),
+        "client": process_cpu(os.getpid()),
+        "machine": machine_busy_seconds(),
+    }
     metrics = [scrape(f"http://127.0.0.1:{b.metrics_port}/metrics") for b in cluster.brokers]
     return Snapshot(time.perf_counter(), metrics, cpu)
 
@@ -146,8 +155,11 @@ def cpu_line(a: Snapshot, b: Snapshot) -> str:
     used = {who: b.cpu[who] - a.cpu[who] for who in a.cpu}
     ours = ("brokers", "moto", "etcd", "client")
     others = max(used["machine"] - sum(used[who] for who in ours), 0.0)
-    return ("CPU (% of one core; 2 cores): " + ", ".join(f"{who} {used[who] / seconds * 100:.0f}%" for who in ours)
-            + f", other processes {others / seconds * 100:.0f}%")
+    return (
+        "CPU (% of one core; 2 cores): "
+        + ", ".join(f"{who} {used[who] / seconds * 100:.0f}%" for who in ours)
+        + f", other processes {others / seconds * 100:.0f}%"
+    )
 
 
 @dataclass
@@ -172,8 +184,9 @@ class Phase:
         return self.replicated / self.mib
 
 
-def produce_for(producers: list[Producer], topic: str, partitions: int, seconds: float, size: int,
-                rate_rps: float = 0.0) -> Phase:
+def produce_for(
+    producers: list[Producer], topic: str, partitions: int, seconds: float, size: int, rate_rps: float = 0.0
+) -> Phase:
     """Send for `seconds` (as fast as the producers take records, or paced at `rate_rps`), then
     flush; the phase lasts until the last acknowledgement."""
     payload = os.urandom(size)
@@ -197,15 +210,21 @@ def produce_for(producers: list[Producer], topic: str, partitions: int, seconds:
     if failures or left:
         raise SystemExit(f"{topic}: {len(failures)} deliveries failed, {left} undelivered; first: {failures[:1]}")
     latencies.sort()
-    return Phase(len(latencies), last_ack[0] - started, percentile(latencies, 0.5) * 1000,
-                 percentile(latencies, 0.99) * 1000, size)
+    return Phase(
+        len(latencies),
+        last_ack[0] - started,
+        percentile(latencies, 0.5) * 1000,
+        percentile(latencies, 0.99) * 1000,
+        size,
+    )
 
 
 def new_producers(bootstrap: str, mode: str, topic: str, count: int, partitions: int) -> list[Producer]:
     """`count` producers, warmed up: connected, producer ids fetched, one record per partition acked."""
     config = {**PRODUCERS[mode], "queue.buffering.max.messages": QUEUE_RECORDS}
-    producers = [Producer({"bootstrap.servers": bootstrap, "client.id": f"bench-{mode}-{i}", **config})
-                 for i in range(count)]
+    producers = [
+        Producer({"bootstrap.servers": bootstrap, "client.id": f"bench-{mode}-{i}", **config}) for i in range(count)
+    ]
     for partition in range(partitions):
         producers[partition % count].produce(topic, b"warm-up", partition=partition)
     if sum(p.flush(30) for p in producers):
@@ -227,16 +246,21 @@ def measure_topic(cluster: DevCluster, mode: str, args: argparse.Namespace) -> T
     time.sleep(0.5)  # acks=all waited for the whole ISR; this covers the followers' next fetch
     s1 = snap(cluster)
     full.replicated = replicated_bytes(s0, s1)
-    half = produce_for(producers, topic, args.partitions, args.paced_seconds, args.size,
-                       rate_rps=full.records / full.seconds / 2)
+    half = produce_for(
+        producers, topic, args.partitions, args.paced_seconds, args.size, rate_rps=full.records / full.seconds / 2
+    )
     time.sleep(0.5)
     s2 = snap(cluster)
     half.replicated = replicated_bytes(s1, s2)
-    print(f"  {mode:8} full load {full.mib_s:6.1f} MiB/s ({full.records:,} records in {full.seconds:.1f} s), "
-          f"p50 {full.p50_ms:.0f} ms, p99 {full.p99_ms:.0f} ms; replication {full.replicated_per_mib:,.0f} B/MiB")
+    print(
+        f"  {mode:8} full load {full.mib_s:6.1f} MiB/s ({full.records:,} records in {full.seconds:.1f} s), "
+        f"p50 {full.p50_ms:.0f} ms, p99 {full.p99_ms:.0f} ms; replication {full.replicated_per_mib:,.0f} B/MiB"
+    )
     print(f"  {'':8}   {cpu_line(s0, s1)}")
-    print(f"  {'':8} half load {half.mib_s:6.1f} MiB/s for {half.seconds:.1f} s, p50 {half.p50_ms:.1f} ms, "
-          f"p99 {half.p99_ms:.1f} ms; replication {half.replicated_per_mib:,.0f} B/MiB")
+    print(
+        f"  {'':8} half load {half.mib_s:6.1f} MiB/s for {half.seconds:.1f} s, p50 {half.p50_ms:.1f} ms, "
+        f"p99 {half.p99_ms:.1f} ms; replication {half.replicated_per_mib:,.0f} B/MiB"
+    )
     print(f"  {'':8}   {cpu_line(s1, s2)}")
     return TopicResult(full, half)
 
@@ -305,8 +329,11 @@ class Failover:
 
 def failover(cluster: DevCluster, args: argparse.Namespace, trickle: Trickle) -> Failover:
     topics = list(TOPICS.values())
-    controller, states = metadata_via(cluster.brokers[0].bootstrap, topics) or metadata_via(
-        cluster.brokers[1].bootstrap, topics) or (None, {})
+    controller, states = (
+        metadata_via(cluster.brokers[0].bootstrap, topics)
+        or metadata_via(cluster.brokers[1].bootstrap, topics)
+        or (None, {})
+    )
     if not states:
         raise SystemExit("no Metadata before the failover")
     victim = states[(TOPICS["diskless"], 0)].leader
@@ -328,8 +355,15 @@ def failover(cluster: DevCluster, args: argparse.Namespace, trickle: Trickle) ->
     restarted_at = time.monotonic()
     cluster.restart(victim, graceful=False)
     wait_for(lambda: fully_replicated(cluster, topics, args.partitions, 3), f"broker {victim} back in every ISR")
-    return Failover(victim, controller == victim, len(led), moved[(TOPICS["diskless"], 0)], max(moved.values()),
-                    time.monotonic() - restarted_at, trickle.slowest_ms(killed_at, time.monotonic()))
+    return Failover(
+        victim,
+        controller == victim,
+        len(led),
+        moved[(TOPICS["diskless"], 0)],
+        max(moved.values()),
+        time.monotonic() - restarted_at,
+        trickle.slowest_ms(killed_at, time.monotonic()),
+    )
 
 
 # -- the runs ----------------------------------------------------------------------------------
@@ -346,58 +380,81 @@ def run_cluster(brokers: int, args: argparse.Namespace) -> ClusterResult:
     replicas = min(3, brokers)
     started = time.monotonic()
     with DevCluster(brokers, brokers) as cluster:
-        print(f"\n[{brokers} broker{'s' * (brokers > 1)}, {brokers} AZ{'s' * (brokers > 1)}, RF={replicas}"
-              f"{', min.insync.replicas=2' if replicas > 1 else ''}] started in {time.monotonic() - started:.1f} s")
+        print(
+            f"\n[{brokers} broker{'s' * (brokers > 1)}, {brokers} AZ{'s' * (brokers > 1)}, RF={replicas}"
+            f"{', min.insync.replicas=2' if replicas > 1 else ''}] started in {time.monotonic() - started:.1f} s"
+        )
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         configs = {"min.insync.replicas": "2"} if replicas > 1 else {}
-        new = [NewTopic(TOPICS[mode], args.partitions, replicas,
-                        config={**configs, "diskless.enable": str(mode == "diskless").lower()}) for mode in TOPICS]
+        new = [
+            NewTopic(
+                TOPICS[mode],
+                args.partitions,
+                replicas,
+                config={**configs, "diskless.enable": str(mode == "diskless").lower()},
+            )
+            for mode in TOPICS
+        ]
         for future in admin.create_topics(new).values():
             future.result(30)
         del admin  # a live client would log the cluster's shutdown as connection failures
-        wait_for(lambda: fully_replicated(cluster, list(TOPICS.values()), args.partitions, replicas),
-                 "leaders and full ISRs after creation")
+        wait_for(
+            lambda: fully_replicated(cluster, list(TOPICS.values()), args.partitions, replicas),
+            "leaders and full ISRs after creation",
+        )
         result = ClusterResult(brokers, {mode: measure_topic(cluster, mode, args) for mode in TOPICS})
         if brokers > 1 and args.failovers:
-            trickle = Trickle(cluster.bootstrap, list(TOPICS.values()), args.partitions,
-                              limit_s=args.failovers * 90.0).start()
+            trickle = Trickle(
+                cluster.bootstrap, list(TOPICS.values()), args.partitions, limit_s=args.failovers * 90.0
+            ).start()
             try:
                 time.sleep(2.0)
                 for n in range(args.failovers):
                     done = failover(cluster, args, trickle)
                     result.failovers.append(done)
-                    print(f"  failover {n + 1}: kill -9 broker {done.victim} (controller: {done.was_controller}, "
-                          f"led {done.led} partitions): diskless-0 has a new leader after {done.first_s:.2f} s, "
-                          f"all {done.led} after {done.all_s:.2f} s; slowest produce ack {done.slowest_ms:.0f} ms; "
-                          f"restarted broker back in every ISR {done.rejoin_s:.1f} s after its restart")
+                    print(
+                        f"  failover {n + 1}: kill -9 broker {done.victim} (controller: {done.was_controller}, "
+                        f"led {done.led} partitions): diskless-0 has a new leader after {done.first_s:.2f} s, "
+                        f"all {done.led} after {done.all_s:.2f} s; slowest produce ack {done.slowest_ms:.0f} ms; "
+                        f"restarted broker back in every ISR {done.rejoin_s:.1f} s after its restart"
+                    )
             finally:
                 trickle.stop()
-            print(f"  producer during the failovers: {len(trickle.acks):,} records acknowledged, "
-                  f"{len(trickle.failures)} failed, {trickle.undelivered} undelivered")
+            print(
+                f"  producer during the failovers: {len(trickle.acks):,} records acknowledged, "
+                f"{len(trickle.failures)} failed, {trickle.undelivered} undelivered"
+            )
     return result
 
 
 def summary(runs: list[ClusterResult], args: argparse.Namespace) -> None:
-    print(f"\nsummary: {args.partitions} partitions, {args.producers} producers, {args.size} B records, "
-          f"full load {args.seconds:g} s then half load {args.paced_seconds:g} s")
+    print(
+        f"\nsummary: {args.partitions} partitions, {args.producers} producers, {args.size} B records, "
+        f"full load {args.seconds:g} s then half load {args.paced_seconds:g} s"
+    )
     print(f"  {'':22} {'ingest MiB/s':>13} {'half-load p50 / p99 ms':>24} {'replicated B/MiB full / half':>30}")
     for run in runs:
         for mode, r in run.topics.items():
             label = f"{run.brokers} broker{'s' * (run.brokers > 1)}, {mode}"
-            repl = (f"{r.full.replicated_per_mib:,.0f} / {r.half.replicated_per_mib:,.0f}"
-                    if run.brokers > 1 else "-")
+            repl = f"{r.full.replicated_per_mib:,.0f} / {r.half.replicated_per_mib:,.0f}" if run.brokers > 1 else "-"
             print(f"  {label:22} {r.full.mib_s:13.1f} {f'{r.half.p50_ms:.1f} / {r.half.p99_ms:.1f}':>24} {repl:>30}")
     for run in runs:
         if run.brokers > 1:
             classic, diskless = run.topics["classic"], run.topics["diskless"]
-            print(f"  replication, diskless / classic: full load "
-                  f"{diskless.full.replicated_per_mib / classic.full.replicated_per_mib * 100:.3f}%, half load "
-                  f"{diskless.half.replicated_per_mib / classic.half.replicated_per_mib * 100:.3f}% (target <= 2%)")
+            print(
+                f"  replication, diskless / classic: full load "
+                f"{diskless.full.replicated_per_mib / classic.full.replicated_per_mib * 100:.3f}%, half load "
+                f"{diskless.half.replicated_per_mib / classic.half.replicated_per_mib * 100:.3f}% (target <= 2%)"
+            )
         if run.failovers:
-            for what, values in (("diskless-0", [f.first_s for f in run.failovers]),
-                                 ("all the victim's partitions", [f.all_s for f in run.failovers])):
-                print(f"  kill -9 -> new leader ({what}), s: min {min(values):.2f}, "
-                      f"median {statistics.median(values):.2f}, max {max(values):.2f}")
+            for what, values in (
+                ("diskless-0", [f.first_s for f in run.failovers]),
+                ("all the victim's partitions", [f.all_s for f in run.failovers]),
+            ):
+                print(
+                    f"  kill -9 -> new leader ({what}), s: min {min(values):.2f}, "
+                    f"median {statistics.median(values):.2f}, max {max(values):.2f}"
+                )
 
 
 def main() -> None:

@@ -187,15 +187,20 @@ class Delta:
         return f"CPU (% of one core; 2 cores): {', '.join(parts)}"
 
     def wal_line(self) -> str:
-        reasons = {r: self.d("shoal_wal_seals_total", reason=r) for r in ("size", "linger", "quiet", "backpressure", "shutdown")}
+        reasons = {
+            r: self.d("shoal_wal_seals_total", reason=r)
+            for r in ("size", "linger", "quiet", "backpressure", "shutdown")
+        }
         objects = self.d("shoal_wal_object_bytes_count")
         mean = self.d("shoal_wal_object_bytes_sum") / objects / 2**20 if objects else float("nan")
-        return (f"WAL objects {objects:.0f}, mean {mean:.2f} MiB (seals: "
-                + ", ".join(f"{r} {n:.0f}" for r, n in reasons.items() if n)
-                + f"); mean PUT {self.mean_ms('shoal_wal_upload_seconds'):.0f} ms, commit "
-                f"{self.mean_ms('shoal_wal_commit_seconds'):.1f} ms, Produce request in the broker "
-                f"{self.mean_ms('shoal_request_seconds', api_key='0'):.0f} ms; backpressure waits "
-                f"{self.d('shoal_wal_backpressure_waits_total'):.0f}")
+        return (
+            f"WAL objects {objects:.0f}, mean {mean:.2f} MiB (seals: "
+            + ", ".join(f"{r} {n:.0f}" for r, n in reasons.items() if n)
+            + f"); mean PUT {self.mean_ms('shoal_wal_upload_seconds'):.0f} ms, commit "
+            f"{self.mean_ms('shoal_wal_commit_seconds'):.1f} ms, Produce request in the broker "
+            f"{self.mean_ms('shoal_request_seconds', api_key='0'):.0f} ms; backpressure waits "
+            f"{self.d('shoal_wal_backpressure_waits_total'):.0f}"
+        )
 
 
 @dataclass
@@ -224,8 +229,11 @@ def s3_endpoint(work_dir: str) -> Iterator[tuple[int, int, int | None]]:
     """moto with the bench bucket behind tests/s3proxy.py: (proxy port, moto pid, proxy pid)."""
     moto, server = start_moto(os.path.join(work_dir, "moto.log"), bucket=BUCKET)
     try:
-        with running_s3proxy(server.port, delay_ms={"PUT": PUT_DELAY_MS, "GET": GET_DELAY_MS},
-                             log_path=os.path.join(work_dir, "s3proxy.log")) as port:
+        with running_s3proxy(
+            server.port,
+            delay_ms={"PUT": PUT_DELAY_MS, "GET": GET_DELAY_MS},
+            log_path=os.path.join(work_dir, "s3proxy.log"),
+        ) as port:
             yield port, moto.pid, child_pid("tests.s3proxy")
     finally:
         stop_process(moto)
@@ -278,20 +286,34 @@ class ClientStats:
         def median(key: str, pct: str) -> float:
             return sorted(w[key][pct] for w in windows)[len(windows) // 2] / 1000
 
-        self.last = {f"{key}_{pct}": median(key, pct) for key in ("int_latency", "outbuf_latency", "rtt")
-                     for pct in ("p50", "p99")}
-        return ("in librdkafka (median of 1 s windows, p50/p99 ms): record queued until its request is built "
-                f"{median('int_latency', 'p50'):.0f}/{median('int_latency', 'p99'):.0f}, waiting for an "
-                f"in-flight slot {median('outbuf_latency', 'p50'):.0f}/{median('outbuf_latency', 'p99'):.0f}, "
-                f"request round trip {median('rtt', 'p50'):.0f}/{median('rtt', 'p99'):.0f}")
+        self.last = {
+            f"{key}_{pct}": median(key, pct)
+            for key in ("int_latency", "outbuf_latency", "rtt")
+            for pct in ("p50", "p99")
+        }
+        return (
+            "in librdkafka (median of 1 s windows, p50/p99 ms): record queued until its request is built "
+            f"{median('int_latency', 'p50'):.0f}/{median('int_latency', 'p99'):.0f}, waiting for an "
+            f"in-flight slot {median('outbuf_latency', 'p50'):.0f}/{median('outbuf_latency', 'p99'):.0f}, "
+            f"request round trip {median('rtt', 'p50'):.0f}/{median('rtt', 'p99'):.0f}"
+        )
 
 
 def new_producers(bootstrap: str, count: int, partitions: int, stats: ClientStats) -> list[Producer]:
     """`count` producers (partition p goes through producer p % count), warmed up: connected,
     producer id fetched, one record per partition delivered."""
-    producers = [Producer({"bootstrap.servers": bootstrap, "client.id": f"bench-{i}", **PRODUCER,
-                           "statistics.interval.ms": 1000, "stats_cb": stats.on_stats})
-                 for i in range(count)]
+    producers = [
+        Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"bench-{i}",
+                **PRODUCER,
+                "statistics.interval.ms": 1000,
+                "stats_cb": stats.on_stats,
+            }
+        )
+        for i in range(count)
+    ]
     for partition in range(partitions):
         producers[partition % count].produce(TOPIC, b"warm-up", partition=partition)
     for producer in producers:
@@ -300,8 +322,15 @@ def new_producers(bootstrap: str, count: int, partitions: int, stats: ClientStat
     return producers
 
 
-def produce(producers: list[Producer], partitions: int, records: int, size: int, rate_rps: float = 0.0,
-            timestamped: bool = False, keyless: bool = False) -> dict[str, float]:
+def produce(
+    producers: list[Producer],
+    partitions: int,
+    records: int,
+    size: int,
+    rate_rps: float = 0.0,
+    timestamped: bool = False,
+    keyless: bool = False,
+) -> dict[str, float]:
     """Produce `records` records, as fast as possible or paced at `rate_rps`: round-robin over
     the partitions (partition p through producers[p % len]), or `keyless` (round-robin over
     the producers, librdkafka's sticky partitioner picks partitions). `timestamped` writes
@@ -355,8 +384,13 @@ def produce(producers: list[Producer], partitions: int, records: int, size: int,
     if failures or left:
         raise SystemExit(f"{len(failures)} deliveries failed, {left} undelivered; first failure: {failures[:1]}")
     latencies.sort()
-    return {"elapsed": elapsed, "records": sent, "bytes": sent * size,
-            "p50_ms": percentile(latencies, 0.50) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
+    return {
+        "elapsed": elapsed,
+        "records": sent,
+        "bytes": sent * size,
+        "p50_ms": percentile(latencies, 0.50) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -447,8 +481,9 @@ def per_gib(count: float, nbytes: float) -> float:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, data_dir: str, proxy_port: int, moto_pid: int,
-                 proxy_pid: int | None) -> None:
+    def __init__(
+        self, args: argparse.Namespace, data_dir: str, proxy_port: int, moto_pid: int, proxy_pid: int | None
+    ) -> None:
         self.args = args
         self.partitions = args.partitions
         self.data_dir = data_dir
@@ -464,15 +499,23 @@ class Bench:
         ingest = full["bytes"] / 2**20 / full["elapsed"]
         puts_per_gib = per_gib(d.puts, full["bytes"])
         print(f"\n[full load] {full['records']:,} records in {full['elapsed']:.1f} s")
-        print(f"  ingest {ingest:.1f} MiB/s ({verdict(ingest, TARGETS['ingest'], at_least=True)}), "
-              f"{full['records'] / full['elapsed']:,.0f} records/s; delivery p50 {full['p50_ms']:.0f} ms / p99 "
-              f"{full['p99_ms']:.0f} ms (queueing in the saturated producers)")
-        print(f"  PUTs {d.puts:.0f}: {puts_per_gib:.1f} per GiB ({verdict(puts_per_gib, TARGETS['puts_per_gib'])}), "
-              f"{d.puts_per_s:.1f} per s ({verdict(d.puts_per_s, TARGETS['puts_per_s'])})")
+        print(
+            f"  ingest {ingest:.1f} MiB/s ({verdict(ingest, TARGETS['ingest'], at_least=True)}), "
+            f"{full['records'] / full['elapsed']:,.0f} records/s; delivery p50 {full['p50_ms']:.0f} ms / p99 "
+            f"{full['p99_ms']:.0f} ms (queueing in the saturated producers)"
+        )
+        print(
+            f"  PUTs {d.puts:.0f}: {puts_per_gib:.1f} per GiB ({verdict(puts_per_gib, TARGETS['puts_per_gib'])}), "
+            f"{d.puts_per_s:.1f} per s ({verdict(d.puts_per_s, TARGETS['puts_per_s'])})"
+        )
         print(f"  {d.wal_line()}")
         print(f"  broker {d.cpu['broker'] / (full['bytes'] / 2**30):.2f} CPU-s/GiB in; {d.cpu_line()}")
-        self.results.update(ingest=ingest, full_puts_per_gib=puts_per_gib, full_puts_per_s=d.puts_per_s,
-                            cpu_in=d.cpu["broker"] / (full["bytes"] / 2**30))
+        self.results.update(
+            ingest=ingest,
+            full_puts_per_gib=puts_per_gib,
+            full_puts_per_s=d.puts_per_s,
+            cpu_in=d.cpu["broker"] / (full["bytes"] / 2**30),
+        )
         return ingest
 
     def half_load(self, probe: Probe, producers: list[Producer], bootstrap: str, ingest: float) -> None:
@@ -485,28 +528,42 @@ class Bench:
         lag = tail.finish(end_offsets(bootstrap, self.partitions), 120)
         d = probe.delta(s0, probe.snap())
         gets_per_gib = per_gib(d.gets, tail.bytes)
-        within = d.d("shoal_request_seconds_bucket", api_key="0", le="0.5") / d.d("shoal_request_seconds_count",
-                                                                                  api_key="0")
-        print(f"\n[half load] {half['records']:,} records paced at {ingest / 2:.1f} MiB/s "
-              f"(achieved {half['bytes'] / 2**20 / half['elapsed']:.1f} MiB/s) for {half['elapsed']:.0f} s")
-        print(f"  produce (delivery report) p50 {half['p50_ms']:.0f} ms, p99 {half['p99_ms']:.0f} ms "
-              f"({verdict(half['p99_ms'], TARGETS['produce_p99_ms'])}); in the broker: mean "
-              f"{d.mean_ms('shoal_request_seconds', api_key='0'):.0f} ms, {within * 100:.1f}% of Produce "
-              "requests answered within 0.5 s")
+        within = d.d("shoal_request_seconds_bucket", api_key="0", le="0.5") / d.d(
+            "shoal_request_seconds_count", api_key="0"
+        )
+        print(
+            f"\n[half load] {half['records']:,} records paced at {ingest / 2:.1f} MiB/s "
+            f"(achieved {half['bytes'] / 2**20 / half['elapsed']:.1f} MiB/s) for {half['elapsed']:.0f} s"
+        )
+        print(
+            f"  produce (delivery report) p50 {half['p50_ms']:.0f} ms, p99 {half['p99_ms']:.0f} ms "
+            f"({verdict(half['p99_ms'], TARGETS['produce_p99_ms'])}); in the broker: mean "
+            f"{d.mean_ms('shoal_request_seconds', api_key='0'):.0f} ms, {within * 100:.1f}% of Produce "
+            "requests answered within 0.5 s"
+        )
         print(f"  {self.stats.line()}")
         self.results["half_rtt_p99"] = self.stats.last.get("rtt_p99", float("nan"))
-        print(f"  PUTs {d.puts_per_s:.1f} per s ({verdict(d.puts_per_s, TARGETS['puts_per_s'])}), "
-              f"{per_gib(d.puts, half['bytes']):.1f} per GiB")
-        print(f"  tailing consumer: {tail.records:,} records ({tail.bytes / 2**20:.0f} MiB), caught up {lag:.2f} s "
-              f"after the last delivery; {d.gets:.0f} GETs = {gets_per_gib:.1f} per GiB consumed "
-              f"({verdict(gets_per_gib, TARGETS['tail_gets_per_gib'])}); cache hits "
-              f"{d.d('shoal_cache_requests_total', result='hit'):.0f}, misses "
-              f"{d.d('shoal_cache_requests_total', result='miss'):.0f}")
+        print(
+            f"  PUTs {d.puts_per_s:.1f} per s ({verdict(d.puts_per_s, TARGETS['puts_per_s'])}), "
+            f"{per_gib(d.puts, half['bytes']):.1f} per GiB"
+        )
+        print(
+            f"  tailing consumer: {tail.records:,} records ({tail.bytes / 2**20:.0f} MiB), caught up {lag:.2f} s "
+            f"after the last delivery; {d.gets:.0f} GETs = {gets_per_gib:.1f} per GiB consumed "
+            f"({verdict(gets_per_gib, TARGETS['tail_gets_per_gib'])}); cache hits "
+            f"{d.d('shoal_cache_requests_total', result='hit'):.0f}, misses "
+            f"{d.d('shoal_cache_requests_total', result='miss'):.0f}"
+        )
         print(f"  {d.wal_line()}")
         print(f"  {d.cpu_line()}")
-        self.results.update(half_p50=half["p50_ms"], half_p99=half["p99_ms"], half_within=within,
-                            half_puts_per_s=d.puts_per_s, tail_gets_per_gib=gets_per_gib,
-                            half_rate=half["bytes"] / 2**20 / half["elapsed"])
+        self.results.update(
+            half_p50=half["p50_ms"],
+            half_p99=half["p99_ms"],
+            half_within=within,
+            half_puts_per_s=d.puts_per_s,
+            tail_gets_per_gib=gets_per_gib,
+            half_rate=half["bytes"] / 2**20 / half["elapsed"],
+        )
 
     def steady(self, probe: Probe, producers: list[Producer], bootstrap: str, keyless: bool) -> None:
         mode = "keyless" if keyless else "round-robin"
@@ -514,16 +571,26 @@ class Bench:
         time.sleep(1.0)
         self.stats.line()
         s0 = probe.snap()
-        low = produce(producers, self.partitions, int(self.args.e2e_rate * self.args.seconds), self.args.size,
-                      rate_rps=self.args.e2e_rate, timestamped=True, keyless=keyless)
+        low = produce(
+            producers,
+            self.partitions,
+            int(self.args.e2e_rate * self.args.seconds),
+            self.args.size,
+            rate_rps=self.args.e2e_rate,
+            timestamped=True,
+            keyless=keyless,
+        )
         tail.finish(end_offsets(bootstrap, self.partitions), 60)
         d = probe.delta(s0, probe.snap())
         tail.latencies.sort()
         p50, p99 = percentile(tail.latencies, 0.5) * 1000, percentile(tail.latencies, 0.99) * 1000
-        print(f"\n[steady {self.args.e2e_rate:g} records/s, {mode}] {low['records']:,} records in "
-              f"{low['elapsed']:.0f} s")
-        print(f"  end to end p50 {p50:.0f} ms, p99 {p99:.0f} ms ({verdict(p99, TARGETS['e2e_p99_ms'])}); "
-              f"produce p50 {low['p50_ms']:.0f} ms, p99 {low['p99_ms']:.0f} ms")
+        print(
+            f"\n[steady {self.args.e2e_rate:g} records/s, {mode}] {low['records']:,} records in {low['elapsed']:.0f} s"
+        )
+        print(
+            f"  end to end p50 {p50:.0f} ms, p99 {p99:.0f} ms ({verdict(p99, TARGETS['e2e_p99_ms'])}); "
+            f"produce p50 {low['p50_ms']:.0f} ms, p99 {low['p99_ms']:.0f} ms"
+        )
         print(f"  {self.stats.line()}")
         print(f"  PUTs {d.puts_per_s:.2f} per s ({verdict(d.puts_per_s, TARGETS['puts_per_s'])}); GETs {d.gets:.0f}")
         print(f"  {d.wal_line()}")
@@ -534,8 +601,9 @@ class Bench:
         s0 = probe.snap()
         time.sleep(5.0)
         d = probe.delta(s0, probe.snap())
-        print(f"\n[idle 5 s] PUTs {d.puts_per_s:.2f} per s, GETs {d.gets:.0f}; "
-              f"broker CPU {d.share('broker') * 100:.1f}%")
+        print(
+            f"\n[idle 5 s] PUTs {d.puts_per_s:.2f} per s, GETs {d.gets:.0f}; broker CPU {d.share('broker') * 100:.1f}%"
+        )
         self.results.update(idle_puts_per_s=d.puts_per_s)
 
     def catch_up(self, label: str, config: dict) -> None:
@@ -553,17 +621,26 @@ class Bench:
             stop_broker(proc)
         gib = reader.bytes / 2**30
         down = d.d("shoal_object_store_bytes_total", direction="down")
-        print(f"\n[catch-up after a restart (cold cache), {label}] {reader.records:,} records "
-              f"({reader.bytes / 2**20:.0f} MiB) from offset 0 in {d.seconds:.1f} s: "
-              f"{reader.bytes / 2**20 / d.seconds:.1f} MiB/s")
-        print(f"  GETs {d.gets:.0f} = {d.gets / gib:.1f} per GiB consumed "
-              f"(mean GET {down / max(d.gets, 1) / 2**20:.2f} "
-              f"MiB, {down / reader.bytes:.2f}x the records downloaded); broker {d.cpu['broker'] / gib:.2f} CPU-s/GiB "
-              f"out, peak RSS {rss:.0f} MiB")
+        print(
+            f"\n[catch-up after a restart (cold cache), {label}] {reader.records:,} records "
+            f"({reader.bytes / 2**20:.0f} MiB) from offset 0 in {d.seconds:.1f} s: "
+            f"{reader.bytes / 2**20 / d.seconds:.1f} MiB/s"
+        )
+        print(
+            f"  GETs {d.gets:.0f} = {d.gets / gib:.1f} per GiB consumed "
+            f"(mean GET {down / max(d.gets, 1) / 2**20:.2f} "
+            f"MiB, {down / reader.bytes:.2f}x the records downloaded); broker {d.cpu['broker'] / gib:.2f} CPU-s/GiB "
+            f"out, peak RSS {rss:.0f} MiB"
+        )
         print(f"  {d.cpu_line()}")
-        self.results.update({f"catchup_{label}_gets_per_gib": d.gets / gib,
-                             f"catchup_{label}_mib_s": reader.bytes / 2**20 / d.seconds,
-                             f"catchup_{label}_cpu_out": d.cpu["broker"] / gib, f"catchup_{label}_rss": rss})
+        self.results.update(
+            {
+                f"catchup_{label}_gets_per_gib": d.gets / gib,
+                f"catchup_{label}_mib_s": reader.bytes / 2**20 / d.seconds,
+                f"catchup_{label}_cpu_out": d.cpu["broker"] / gib,
+                f"catchup_{label}_rss": rss,
+            }
+        )
 
     def run(self) -> None:
         args = self.args
@@ -575,11 +652,15 @@ class Bench:
             del admin
             probe = Probe(metrics_url, {"broker": proc.pid, **self.pids})
             producers = new_producers(bootstrap, args.producers, self.partitions, self.stats)
-            print(f"diskless topic, {self.partitions} partitions, {args.size} B random records; {args.producers} "
-                  f"confluent-kafka producers: {', '.join(f'{k}={v}' for k, v in PRODUCER.items())}")
-            print(f"object store: moto behind tests/s3proxy.py adding {PUT_DELAY_MS} ms per PUT, {GET_DELAY_MS} ms "
-                  "per GET; broker defaults (wal.buffer.max.bytes 8 MiB, wal.linger.ms 250, cache.max.bytes 256 MiB)"
-                  + (f" except {', '.join(args.broker_set)}" if args.broker_set else ""))
+            print(
+                f"diskless topic, {self.partitions} partitions, {args.size} B random records; {args.producers} "
+                f"confluent-kafka producers: {', '.join(f'{k}={v}' for k, v in PRODUCER.items())}"
+            )
+            print(
+                f"object store: moto behind tests/s3proxy.py adding {PUT_DELAY_MS} ms per PUT, {GET_DELAY_MS} ms "
+                "per GET; broker defaults (wal.buffer.max.bytes 8 MiB, wal.linger.ms 250, cache.max.bytes 256 MiB)"
+                + (f" except {', '.join(args.broker_set)}" if args.broker_set else "")
+            )
             ingest = self.full_load(probe, producers)
             self.half_load(probe, producers, bootstrap, ingest)
             self.steady(probe, producers, bootstrap, keyless=False)
@@ -598,24 +679,44 @@ class Bench:
         rows = [
             ("ingest at full load, MiB/s", f"{r['ingest']:.1f}", f">= {t['ingest']:g}"),
             ("PUTs per GiB at full load", f"{r['full_puts_per_gib']:.1f}", f"<= {t['puts_per_gib']:g}"),
-            ("PUTs/s: full / half / 200 rec/s / idle",
-             f"{r['full_puts_per_s']:.1f} / {r['half_puts_per_s']:.1f} / {r['steady_round-robin_puts_per_s']:.1f} / "
-             f"{r['idle_puts_per_s']:.1f}", f"<= {t['puts_per_s']:g}"),
-            ("produce p50 / p99 at half load, ms",
-             f"{r['half_p50']:.0f} / {r['half_p99']:.0f} (request RTT p99 {r['half_rtt_p99']:.0f})",
-             f"p99 <= {t['produce_p99_ms']:g}"),
-            ("e2e p50 / p99 at 200 rec/s, round-robin, ms",
-             f"{r['e2e_round-robin_p50']:.0f} / {r['e2e_round-robin_p99']:.0f}", f"p99 <= {t['e2e_p99_ms']:g}"),
-            ("e2e p50 / p99 at 200 rec/s, keyless, ms", f"{r['e2e_keyless_p50']:.0f} / {r['e2e_keyless_p99']:.0f}",
-             f"p99 <= {t['e2e_p99_ms']:g}"),
+            (
+                "PUTs/s: full / half / 200 rec/s / idle",
+                f"{r['full_puts_per_s']:.1f} / {r['half_puts_per_s']:.1f} / {r['steady_round-robin_puts_per_s']:.1f} / "
+                f"{r['idle_puts_per_s']:.1f}",
+                f"<= {t['puts_per_s']:g}",
+            ),
+            (
+                "produce p50 / p99 at half load, ms",
+                f"{r['half_p50']:.0f} / {r['half_p99']:.0f} (request RTT p99 {r['half_rtt_p99']:.0f})",
+                f"p99 <= {t['produce_p99_ms']:g}",
+            ),
+            (
+                "e2e p50 / p99 at 200 rec/s, round-robin, ms",
+                f"{r['e2e_round-robin_p50']:.0f} / {r['e2e_round-robin_p99']:.0f}",
+                f"p99 <= {t['e2e_p99_ms']:g}",
+            ),
+            (
+                "e2e p50 / p99 at 200 rec/s, keyless, ms",
+                f"{r['e2e_keyless_p50']:.0f} / {r['e2e_keyless_p99']:.0f}",
+                f"p99 <= {t['e2e_p99_ms']:g}",
+            ),
             ("GETs per GiB, tailing consumer", f"{r['tail_gets_per_gib']:.1f}", f"<= {t['tail_gets_per_gib']:g}"),
-            ("GETs per GiB, catch-up (cold cache)",
-             f"{r['catchup_consumer as above_gets_per_gib']:.0f} (lockstep consumer "
-             f"{r['catchup_lockstep consumer_gets_per_gib']:.0f})", "no target"),
-            ("broker CPU-s/GiB in / out (catch-up)",
-             f"{r['cpu_in']:.2f} / {r['catchup_consumer as above_cpu_out']:.2f}", ""),
-            ("broker peak RSS, MiB: produce / catch-up",
-             f"{r['rss_produce']:.0f} / {r['catchup_consumer as above_rss']:.0f}", ""),
+            (
+                "GETs per GiB, catch-up (cold cache)",
+                f"{r['catchup_consumer as above_gets_per_gib']:.0f} (lockstep consumer "
+                f"{r['catchup_lockstep consumer_gets_per_gib']:.0f})",
+                "no target",
+            ),
+            (
+                "broker CPU-s/GiB in / out (catch-up)",
+                f"{r['cpu_in']:.2f} / {r['catchup_consumer as above_cpu_out']:.2f}",
+                "",
+            ),
+            (
+                "broker peak RSS, MiB: produce / catch-up",
+                f"{r['rss_produce']:.0f} / {r['catchup_consumer as above_rss']:.0f}",
+                "",
+            ),
         ]
         print("\nsummary (measured, target from the issue)")
         for name, value, target in rows:
@@ -629,10 +730,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the half-load and steady phases")
     parser.add_argument("--e2e-rate", type=float, default=200.0, help="records/s of the steady phases")
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
-    parser.add_argument("--producers", type=int, default=DEFAULT_PRODUCERS,
-                        help="producer instances (connections); partition p goes through producer p %% N")
-    parser.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="broker setting for experiments (repeatable); the documented figures use none")
+    parser.add_argument(
+        "--producers",
+        type=int,
+        default=DEFAULT_PRODUCERS,
+        help="producer instances (connections); partition p goes through producer p %% N",
+    )
+    parser.add_argument(
+        "--broker-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker setting for experiments (repeatable); the documented figures use none",
+    )
     args = parser.parse_args()
     if args.size < 8:
         parser.error("--size must be at least 8 (the steady phases write a timestamp)")

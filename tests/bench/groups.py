@@ -28,8 +28,14 @@ def commit_throughput(bootstrap: str, commits: int) -> float:
             raise SystemExit(f"commit failed: {err}")
         done[0] += 1
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-commits", "enable.auto.commit": False,
-                         "on_commit": on_commit})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-commits",
+            "enable.auto.commit": False,
+            "on_commit": on_commit,
+        }
+    )
     consumer.assign([TopicPartition("groups-bench", 0, 0)])
     consumer.commit(offsets=[TopicPartition("groups-bench", 0, 0)], asynchronous=False)
     done[0] = 0
@@ -59,7 +65,9 @@ def rebalance_metric(metrics_url: str) -> tuple[float, float]:
     """(sum, count) of shoal_group_rebalance_seconds: last JoinGroup -> join phase answered."""
     values = {}
     for line in urllib.request.urlopen(metrics_url, timeout=5).read().decode().splitlines():
-        if line.startswith("shoal_group_rebalance_seconds_sum") or line.startswith("shoal_group_rebalance_seconds_count"):
+        if line.startswith("shoal_group_rebalance_seconds_sum") or line.startswith(
+            "shoal_group_rebalance_seconds_count"
+        ):
             name, value = line.split()
             values[name.rsplit("_", 1)[1]] = float(value)
     return values.get("sum", 0.0), values.get("count", 0.0)
@@ -99,10 +107,14 @@ def main() -> None:
         rate = commit_throughput(bootstrap, args.commits)
         print(f"offset commits: {rate:,.0f} commits/s ({args.commits} async commits, one consumer)")
         formation, formation_broker, handover, handover_broker = rebalance_times(bootstrap, metrics_url)
-        print(f"3-member group formation: {formation:.2f} s "
-              f"(broker: {formation_broker:.3f} s from the last JoinGroup, initial delay included)")
-        print(f"rebalance after a clean leave: {handover:.2f} s "
-              f"(broker: {handover_broker:.3f} s from the last JoinGroup to the join answers)")
+        print(
+            f"3-member group formation: {formation:.2f} s "
+            f"(broker: {formation_broker:.3f} s from the last JoinGroup, initial delay included)"
+        )
+        print(
+            f"rebalance after a clean leave: {handover:.2f} s "
+            f"(broker: {handover_broker:.3f} s from the last JoinGroup to the join answers)"
+        )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,16 @@ class QueueStayedFull(RuntimeError):
     """A producer's queue did not drain: the cluster stopped acknowledging."""
 
 
-def send_for(producers: Sequence[Any], topic: str, partitions: int, payload: bytes, seconds: float,
-             rate_rps: float, on_delivery: Callable[..., None], full_limit_s: float) -> float:
+def send_for(
+    producers: Sequence[Any],
+    topic: str,
+    partitions: int,
+    payload: bytes,
+    seconds: float,
+    rate_rps: float,
+    on_delivery: Callable[..., None],
+    full_limit_s: float,
+) -> float:
     """Produce `payload` to partition i % partitions through producers[partition % len] for
     `seconds` (paced at `rate_rps` when it is not 0); returns when sending started."""
     started = time.perf_counter()

@@ -52,8 +52,9 @@ CLASSIC = {"diskless.enable": "false"}
 
 
 @contextlib.contextmanager
-def running_broker(name: str, topic: str, partitions: int,
-                   topic_config: Mapping[str, str] = CLASSIC) -> Iterator[tuple[subprocess.Popen, str, str]]:
+def running_broker(
+    name: str, topic: str, partitions: int, topic_config: Mapping[str, str] = CLASSIC
+) -> Iterator[tuple[subprocess.Popen, str, str]]:
     """A broker in a temp data dir with one topic (classic unless `topic_config` says
     otherwise): (process, bootstrap, metrics URL); stopped gracefully and its data removed
     afterwards."""
@@ -79,15 +80,30 @@ def stop_broker(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-def start_broker(data_dir: str, extra_args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, str, str]:
+def start_broker(
+    data_dir: str, extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen, str, str]:
     """Start a broker (optional extra flags and environment variables); return (process,
     bootstrap address, metrics URL)."""
     port, metrics = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "broker", "broker", "--listen", f"127.0.0.1:{port}",
-                             "--data-dir", data_dir, "--metrics-listen", f"127.0.0.1:{metrics}",
-                             "--log-level", "WARNING", *extra_args],
-                            env={**os.environ, **env} if env else None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "broker",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            data_dir,
+            "--metrics-listen",
+            f"127.0.0.1:{metrics}",
+            "--log-level",
+            "WARNING",
+            *extra_args,
+        ],
+        env={**os.environ, **env} if env else None,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -108,8 +124,15 @@ def topic_config(bootstrap: str, topic: str, key: str) -> str:
 
 def produce(bootstrap: str, topic: str, records: int, size: int, rate_mib: float = 0.0) -> dict[str, float]:
     """Produce as fast as possible, or paced at `rate_mib` MiB/s to measure latency without queueing."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                         "batch.size": 1_000_000, "enable.idempotence": True})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "enable.idempotence": True,
+        }
+    )
     payload = os.urandom(size)
     latencies: list[float] = []
     failures: list[object] = []
@@ -141,13 +164,23 @@ def produce(bootstrap: str, topic: str, records: int, size: int, rate_mib: float
     if failures:
         raise SystemExit(f"{len(failures)} deliveries failed, first: {failures[0]}")
     latencies.sort()
-    return {"elapsed": elapsed, "p50_ms": latencies[len(latencies) // 2] * 1000,
-            "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
+    return {
+        "elapsed": elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+    }
 
 
 def consume(bootstrap: str, topic: str, records: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 8_388_608,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(8)])
     records += 1  # the producer's warm-up record
     seen = 0
@@ -168,8 +201,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--paced-mib", type=float, default=50.0,
-                        help="also run a paced produce at this rate to report unqueued latency (0 = skip)")
+    parser.add_argument(
+        "--paced-mib",
+        type=float,
+        default=50.0,
+        help="also run a paced produce at this rate to report unqueued latency (0 = skip)",
+    )
     args = parser.parse_args()
     with running_broker("produce", "bench", 8) as (proc, bootstrap, _):
         total_gib = args.records * args.size / 2**30
@@ -179,18 +216,24 @@ def main() -> None:
         consume_s = consume(bootstrap, "bench", args.records)
         cpu2 = cpu_seconds(proc.pid)
         mib = total_gib * 1024
-        print(f"records={args.records} size={args.size}B partitions=8 acks=all idempotent producer, "
-              f"topic diskless.enable={topic_config(bootstrap, 'bench', 'diskless.enable')}")
-        print(f"produce: {mib / result['elapsed']:.1f} MiB/s, {args.records / result['elapsed']:,.0f} records/s, "
-              f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
-              f"broker {(cpu1 - cpu0) / total_gib:.2f} CPU-s/GiB")
+        print(
+            f"records={args.records} size={args.size}B partitions=8 acks=all idempotent producer, "
+            f"topic diskless.enable={topic_config(bootstrap, 'bench', 'diskless.enable')}"
+        )
+        print(
+            f"produce: {mib / result['elapsed']:.1f} MiB/s, {args.records / result['elapsed']:,.0f} records/s, "
+            f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
+            f"broker {(cpu1 - cpu0) / total_gib:.2f} CPU-s/GiB"
+        )
         print(f"consume: {mib / consume_s:.1f} MiB/s, broker {(cpu2 - cpu1) / total_gib:.2f} CPU-s/GiB")
         print(f"broker peak RSS: {peak_rss_mib(proc.pid):.0f} MiB")
         if args.paced_mib:
             paced_records = min(args.records, int(args.paced_mib * 2**20 / args.size * 10))
             paced = produce(bootstrap, "bench", paced_records, args.size, args.paced_mib)
-            print(f"paced produce at {args.paced_mib:.0f} MiB/s ({paced_records} records): "
-                  f"p50 {paced['p50_ms']:.1f} ms, p99 {paced['p99_ms']:.1f} ms")
+            print(
+                f"paced produce at {args.paced_mib:.0f} MiB/s ({paced_records} records): "
+                f"p50 {paced['p50_ms']:.1f} ms, p99 {paced['p99_ms']:.1f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -30,22 +30,35 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .diskless import (
-    TOPIC, Probe, Reader, end_offsets, per_gib, percentile, s3_endpoint, start_diskless_broker, verdict,
+    TOPIC,
+    Probe,
+    Reader,
+    end_offsets,
+    per_gib,
+    percentile,
+    s3_endpoint,
+    start_diskless_broker,
+    verdict,
 )
 from .produce_consume import stop_broker
 
 PARTITIONS = 8
 PHASE_LIMIT_S = 300.0
-TARGETS = {"ingest": 64.0, "e2e_p99_ms": 1000.0, "e2e_p99_stretch_ms": 600.0, "puts_per_s": 4.0,
-           "puts_per_gib": 130.0}
+TARGETS = {"ingest": 64.0, "e2e_p99_ms": 1000.0, "e2e_p99_stretch_ms": 600.0, "puts_per_s": 4.0, "puts_per_gib": 130.0}
 DEFAULT_CONSUMER = {"group.id": "bench-untuned", "auto.offset.reset": "earliest"}
 
 
 class Client:
     """One producer behind a small interface: send, serve callbacks, flush."""
 
-    def __init__(self, name: str, send: Callable[[bytes, int, Callable[[bool], None]], None],
-                 poll: Callable[[], None], flush: Callable[[float], int], close: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        send: Callable[[bytes, int, Callable[[bool], None]], None],
+        poll: Callable[[], None],
+        flush: Callable[[float], int],
+        close: Callable[[], None],
+    ) -> None:
         self.name, self.send, self.poll, self.flush, self.close = name, send, poll, flush, close
 
 
@@ -66,6 +79,7 @@ def confluent(bootstrap: str, **extra: Any) -> Client:
 
 def kafka_python(bootstrap: str, **extra: Any) -> Client:
     from kafka import KafkaProducer
+
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **extra)
     pending: list[Any] = []
 
@@ -123,13 +137,16 @@ def measure(bootstrap: str, probe: Probe, client: Client, args: argparse.Namespa
     ingest = full["bytes"] / 2**20 / full["elapsed"]
     full_puts_per_gib = per_gib(d.puts, full["bytes"])
     print(f"\n[{client.name}]")
-    print(f"  full load: {full['records']:,} records in {full['elapsed']:.1f} s: {ingest:.1f} MiB/s "
-          f"({verdict(ingest, TARGETS['ingest'], at_least=True)}); PUTs {full_puts_per_gib:.1f} per GiB, "
-          f"{d.puts_per_s:.1f} per s")
+    print(
+        f"  full load: {full['records']:,} records in {full['elapsed']:.1f} s: {ingest:.1f} MiB/s "
+        f"({verdict(ingest, TARGETS['ingest'], at_least=True)}); PUTs {full_puts_per_gib:.1f} per GiB, "
+        f"{d.puts_per_s:.1f} per s"
+    )
     print(f"    {d.wal_line()}")
     print(f"    {d.cpu_line()}")
-    tail = Reader(bootstrap, end_offsets(bootstrap, PARTITIONS), timestamped=True,
-                  config=dict(DEFAULT_CONSUMER)).begin()
+    tail = Reader(
+        bootstrap, end_offsets(bootstrap, PARTITIONS), timestamped=True, config=dict(DEFAULT_CONSUMER)
+    ).begin()
     time.sleep(2.0)  # the consumer is assigned and long-polling at the end of the log
     s1 = probe.snap()
     steady = run_phase(client, int(args.e2e_rate * args.seconds), args.size, rate_rps=args.e2e_rate)
@@ -137,12 +154,19 @@ def measure(bootstrap: str, probe: Probe, client: Client, args: argparse.Namespa
     d = probe.delta(s1, probe.snap())
     tail.latencies.sort()
     p50, p99 = percentile(tail.latencies, 0.5) * 1000, percentile(tail.latencies, 0.99) * 1000
-    print(f"  {args.e2e_rate:g} records/s for {steady['elapsed']:.0f} s: end to end p50 {p50:.0f} ms, p99 {p99:.0f} ms "
-          f"({verdict(p99, TARGETS['e2e_p99_ms'])}; stretch {verdict(p99, TARGETS['e2e_p99_stretch_ms'])}); "
-          f"PUTs {d.puts_per_s:.2f} per s")
+    print(
+        f"  {args.e2e_rate:g} records/s for {steady['elapsed']:.0f} s: end to end p50 {p50:.0f} ms, p99 {p99:.0f} ms "
+        f"({verdict(p99, TARGETS['e2e_p99_ms'])}; stretch {verdict(p99, TARGETS['e2e_p99_stretch_ms'])}); "
+        f"PUTs {d.puts_per_s:.2f} per s"
+    )
     print(f"    {d.wal_line()}")
-    return {"ingest": ingest, "full_puts_per_gib": full_puts_per_gib, "e2e_p50": p50, "e2e_p99": p99,
-            "steady_puts_per_s": d.puts_per_s}
+    return {
+        "ingest": ingest,
+        "full_puts_per_gib": full_puts_per_gib,
+        "e2e_p50": p50,
+        "e2e_p99": p99,
+        "steady_puts_per_s": d.puts_per_s,
+    }
 
 
 def main() -> None:
@@ -153,9 +177,14 @@ def main() -> None:
     parser.add_argument("--e2e-rate", type=float, default=200.0)
     parser.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--only", choices=["confluent", "idempotent", "kafka-python"], action="append")
-    parser.add_argument("--client-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a producer setting on top of the defaults (librdkafka names for confluent, "
-                             "KafkaProducer keyword arguments for kafka-python; integers are passed as such)")
+    parser.add_argument(
+        "--client-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a producer setting on top of the defaults (librdkafka names for confluent, "
+        "KafkaProducer keyword arguments for kafka-python; integers are passed as such)",
+    )
     args = parser.parse_args()
     work_dir = tempfile.mkdtemp(prefix="shoal-bench-untuned-")
     data_dir = os.path.join(work_dir, "data")
@@ -166,14 +195,20 @@ def main() -> None:
             proc, bootstrap, metrics_url = start_diskless_broker(data_dir, proxy_port, args.broker_set)
             try:
                 admin = AdminClient({"bootstrap.servers": bootstrap})
-                admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={"diskless.enable": "true"})])[TOPIC].result(30)
+                admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={"diskless.enable": "true"})])[TOPIC].result(
+                    30
+                )
                 probe = Probe(metrics_url, {"broker": proc.pid, "moto": moto_pid, "proxy": proxy_pid})
-                print(f"one producer, {PARTITIONS} diskless partitions round-robin, {args.size} B records, acks=all, "
-                      "everything else at the client's and the broker's defaults; S3 via moto + 20 ms PUT / 10 ms GET")
+                print(
+                    f"one producer, {PARTITIONS} diskless partitions round-robin, {args.size} B records, acks=all, "
+                    "everything else at the client's and the broker's defaults; S3 via moto + 20 ms PUT / 10 ms GET"
+                )
                 extra = dict(_setting(kv) for kv in args.client_set)
-                makers = {"confluent": lambda: confluent(bootstrap, **extra),
-                          "idempotent": lambda: confluent(bootstrap, **{"enable.idempotence": True, **extra}),
-                          "kafka-python": lambda: kafka_python(bootstrap, **extra)}
+                makers = {
+                    "confluent": lambda: confluent(bootstrap, **extra),
+                    "idempotent": lambda: confluent(bootstrap, **{"enable.idempotence": True, **extra}),
+                    "kafka-python": lambda: kafka_python(bootstrap, **extra),
+                }
                 for key in args.only or list(makers):
                     client = makers[key]()
                     rows.append((client.name, measure(bootstrap, probe, client, args)))
@@ -184,8 +219,10 @@ def main() -> None:
         shutil.rmtree(work_dir, ignore_errors=True)
     print("\nsummary: ingest MiB/s | PUTs/GiB full load | e2e p50 / p99 ms at 200 rec/s | PUTs/s at 200 rec/s")
     for name, r in rows:
-        print(f"  {name:58} {r['ingest']:6.1f} | {r['full_puts_per_gib']:6.1f} | {r['e2e_p50']:5.0f} / "
-              f"{r['e2e_p99']:5.0f} | {r['steady_puts_per_s']:.2f}")
+        print(
+            f"  {name:58} {r['ingest']:6.1f} | {r['full_puts_per_gib']:6.1f} | {r['e2e_p50']:5.0f} / "
+            f"{r['e2e_p99']:5.0f} | {r['steady_puts_per_s']:.2f}"
+        )
 
 
 def _setting(text: str) -> tuple[str, Any]:

@@ -17,8 +17,14 @@ _ERROR_XML = (
     '<?xml version="1.0" encoding="UTF-8"?>\n'
     "<Error><Code>{code}</Code><Message>injected by faultproxy</Message></Error>"
 )
-_REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
-            504: "Gateway Timeout", 403: "Forbidden", 429: "Too Many Requests"}
+_REASONS = {
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+    403: "Forbidden",
+    429: "Too Many Requests",
+}
 MAX_HEADER_BYTES = 64 * 1024
 STALL_S = 5.0  # bounded: a stalled request is abandoned by the client well before this
 
@@ -89,8 +95,9 @@ class FaultProxy:
         finally:
             writer.close()
 
-    async def _respond(self, method: str, headers: list[str], target: str, body: bytes,
-                       writer: asyncio.StreamWriter) -> None:
+    async def _respond(
+        self, method: str, headers: list[str], target: str, body: bytes, writer: asyncio.StreamWriter
+    ) -> None:
         kind, arg = self.faults.popleft() if self.faults else ("forward", None)
         if self.hold_s:
             await asyncio.sleep(self.hold_s)
@@ -99,7 +106,8 @@ class FaultProxy:
             payload = _ERROR_XML.format(code=code).encode()
             writer.write(
                 f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/xml\r\n"
-                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
             )
             await writer.drain()
             return

@@ -128,8 +128,9 @@ def test_cas_create_if_absent(backend: Backend) -> None:
         assert isinstance(caught.value, MetadataError) and not caught.value.retriable
         assert str(revision) in str(caught.value)  # says what it found
         assert await store.get("topics/a") == KeyValue("topics/a", b"v1", revision)
-        results = await asyncio.gather(*(store.put("race", f"w{i}".encode(), expected_revision=0)
-                                         for i in range(8)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(store.put("race", f"w{i}".encode(), expected_revision=0) for i in range(8)), return_exceptions=True
+        )
         assert sum(1 for r in results if isinstance(r, int)) == 1
         assert all(isinstance(r, (int, RevisionConflict)) for r in results)
 
@@ -174,7 +175,13 @@ def test_list_by_prefix_in_key_order(backend: Backend) -> None:
             await store.put(key, key.encode())
         assert [kv.key for kv in await store.list("topics/")] == ["topics/", "topics/a", "topics/a/1", "topics/b"]
         assert [kv.key for kv in await store.list("topic")] == [
-            "topic", "topics/", "topics/a", "topics/a/1", "topics/b", "topicsX/c"]
+            "topic",
+            "topics/",
+            "topics/a",
+            "topics/a/1",
+            "topics/b",
+            "topicsX/c",
+        ]
         assert [kv.key for kv in await store.list("")][0] == "brokers/1"
         assert await store.list("nothing/") == []
         listed = await store.list("topics/a")
@@ -193,7 +200,7 @@ def test_list_many_keys(backend: Backend) -> None:
     async def body(store: MetadataStore) -> None:  # more than one etcd page (1000 keys)
         puts = {f"many/{i:05d}": b"x" for i in range(1100)}
         for start in range(0, len(puts), MAX_TXN_OPS):
-            chunk = dict(list(puts.items())[start:start + MAX_TXN_OPS])
+            chunk = dict(list(puts.items())[start : start + MAX_TXN_OPS])
             await store.txn({}, chunk)
         kvs, revision = await store.list_with_revision("many/")
         assert [kv.key for kv in kvs] == sorted(puts)
@@ -206,17 +213,24 @@ def test_txn_is_all_or_nothing(backend: Backend) -> None:
     async def body(store: MetadataStore) -> None:
         epoch = await store.put("controller/epoch", b"1")
         old = await store.put("partitions/t-0", b"old")
-        revision = await store.txn({"controller/epoch": epoch, "partitions/t-1": 0},
-                                   puts={"partitions/t-1": b"new-1", "partitions/t-2": b"new-2"},
-                                   deletes=["partitions/t-0", "partitions/absent"])
+        revision = await store.txn(
+            {"controller/epoch": epoch, "partitions/t-1": 0},
+            puts={"partitions/t-1": b"new-1", "partitions/t-2": b"new-2"},
+            deletes=["partitions/t-0", "partitions/absent"],
+        )
         assert revision > old
         assert [(kv.key, kv.value, kv.revision) for kv in await store.list("partitions/")] == [
-            ("partitions/t-1", b"new-1", revision), ("partitions/t-2", b"new-2", revision)]
+            ("partitions/t-1", b"new-1", revision),
+            ("partitions/t-2", b"new-2", revision),
+        ]
         assert await store.get("partitions/t-0") is None
         # A stale compare changes nothing, and says which key moved.
         with pytest.raises(RevisionConflict) as caught:
-            await store.txn({"controller/epoch": epoch, "partitions/t-1": revision - 1},
-                            puts={"partitions/t-3": b"x"}, deletes=["partitions/t-2"])
+            await store.txn(
+                {"controller/epoch": epoch, "partitions/t-1": revision - 1},
+                puts={"partitions/t-3": b"x"},
+                deletes=["partitions/t-2"],
+            )
         assert "partitions/t-1" in str(caught.value) and "controller/epoch" not in str(caught.value)
         assert [kv.key for kv in await store.list("partitions/")] == ["partitions/t-1", "partitions/t-2"]
         # Nothing to change: no new revision.
@@ -315,11 +329,15 @@ def test_watch_sees_puts_and_deletes_in_order(backend: Backend) -> None:
             await store.revoke_lease(lease)
             events = await take(watch, 9)
         assert summary(events) == [
-            ("put", "brokers/1", b"a"), ("put", "brokers/1", b"b"),
-            ("put", "brokers/2", b"c"), ("delete", "brokers/0", b""),
-            ("put", "brokers/lease/b", b"y"), ("put", "brokers/lease/a", b"x"),
+            ("put", "brokers/1", b"a"),
+            ("put", "brokers/1", b"b"),
+            ("put", "brokers/2", b"c"),
+            ("delete", "brokers/0", b""),
+            ("put", "brokers/lease/b", b"y"),
+            ("put", "brokers/lease/a", b"x"),
             ("delete", "brokers/1", b""),
-            ("delete", "brokers/lease/a", b""), ("delete", "brokers/lease/b", b""),  # key order
+            ("delete", "brokers/lease/a", b""),
+            ("delete", "brokers/lease/b", b""),  # key order
         ]
         revisions = [event.revision for event in events]
         assert revisions[:4] == [r1, r2, r3, r3]
@@ -346,9 +364,13 @@ def test_watch_from_a_listing_revision_misses_nothing(backend: Backend) -> None:
             events = await take(watch, 5)
         finally:
             await watch.close()
-        assert summary(events) == [("put", "topics/t1", b"v1"), ("put", "topics/t3", b"v1"),
-                                   ("delete", "topics/t0", b""), ("put", "topics/t2", b"v2"),
-                                   ("delete", "topics/t3", b"")]
+        assert summary(events) == [
+            ("put", "topics/t1", b"v1"),
+            ("put", "topics/t3", b"v1"),
+            ("delete", "topics/t0", b""),
+            ("put", "topics/t2", b"v2"),
+            ("delete", "topics/t3", b""),
+        ]
         assert [e.revision for e in events[:2]] == between and events[3].revision == after
         # Replaying the events over the listing gives the current state.
         state = {kv.key: kv.value for kv in listed}
@@ -495,8 +517,9 @@ def test_etcd_fails_over_to_the_next_endpoint(etcd_server: EtcdServer) -> None:
     async def body() -> None:
         # The connect timeout is far longer than the wait: only failing over on the refusal
         # itself, not on a timeout, can answer in time.
-        store = _etcd(f"etcd://127.0.0.1:{dead},{etcd_server.endpoint}/{prefix}",
-                      connect_timeout_s=REFUSED_CONNECT_TIMEOUT_S)
+        store = _etcd(
+            f"etcd://127.0.0.1:{dead},{etcd_server.endpoint}/{prefix}", connect_timeout_s=REFUSED_CONNECT_TIMEOUT_S
+        )
         try:
             revision = await asyncio.wait_for(store.put("k", b"v", expected_revision=0), WAIT_S)
             assert store.endpoint == etcd_server.endpoint
@@ -575,8 +598,11 @@ def test_open_store_opens_etcd_urls(tmp_path: Path) -> None:
     from broker.metadata import open_store
     from broker.metadata.etcd import EtcdMetadataStore
 
-    store = open_store(BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379,10.0.0.2:2379/shoal",
-                                  rpc_listen="127.0.0.1:9093"))
+    store = open_store(
+        BrokerConfig(
+            data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379,10.0.0.2:2379/shoal", rpc_listen="127.0.0.1:9093"
+        )
+    )
     assert isinstance(store, EtcdMetadataStore) and store.prefix == "shoal/"  # connects on first use
     asyncio.run(store.close())
     with pytest.raises(ConfigError):

@@ -314,9 +314,7 @@ def test_empty_objects(backend: Backend) -> None:
     backend.run(body)
 
 
-@pytest.mark.parametrize(
-    "key", ["", "/abs", "trailing/", "a//b", "a/../b", "..", "./a", "a/.", "nul\x00", "k" * 1025]
-)
+@pytest.mark.parametrize("key", ["", "/abs", "trailing/", "a//b", "a/../b", "..", "./a", "a/.", "nul\x00", "k" * 1025])
 def test_invalid_keys_are_rejected(backend: Backend, key: str) -> None:
     async def body(store: ObjectStore) -> None:
         with pytest.raises(ValueError):

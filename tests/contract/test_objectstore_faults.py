@@ -39,7 +39,8 @@ def run_through_proxy(
         proxy = FaultProxy(moto_server.host, moto_server.port)
         await proxy.start()
         options.setdefault(
-            "retry", RetryPolicy(max_attempts=4, base_delay_ms=100, max_delay_ms=1000, random=lambda: 0.5, sleep=fake_sleep)
+            "retry",
+            RetryPolicy(max_attempts=4, base_delay_ms=100, max_delay_ms=1000, random=lambda: 0.5, sleep=fake_sleep),
         )
         store = S3ObjectStore(
             moto_server.bucket,
@@ -70,11 +71,16 @@ def test_slow_down_is_retried_with_backoff(moto_server: Any) -> None:
 
     run_through_proxy(moto_server, body, on_request=requests)
     assert [(op, outcome) for op, outcome, _ in requests.calls] == [
-        ("put", "retry"), ("put", "retry"), ("put", "ok"), ("get", "ok")
+        ("put", "retry"),
+        ("put", "retry"),
+        ("put", "ok"),
+        ("get", "ok"),
     ]
 
 
-@pytest.mark.parametrize("status,code", [(500, "InternalError"), (502, "BadGateway"), (504, "GatewayTimeout"), (429, "TooManyRequests")])
+@pytest.mark.parametrize(
+    "status,code", [(500, "InternalError"), (502, "BadGateway"), (504, "GatewayTimeout"), (429, "TooManyRequests")]
+)
 def test_server_errors_are_retried(moto_server: Any, status: int, code: str) -> None:
     async def body(store: S3ObjectStore, proxy: FaultProxy, sleeps: list[float]) -> None:
         await store.put("k", b"value")

@@ -24,6 +24,7 @@ CODECS = ("gzip", "snappy", "lz4", "zstd")
 @dataclasses.dataclass(frozen=True)
 class Rec:
     """A record as produced (offset None) or as consumed."""
+
     partition: int
     key: bytes | None
     value: bytes | None
@@ -40,19 +41,30 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def make_records(n: int, partitions: int, *, base_ts: int | None = None,
-                 tag: str = "r") -> list[Rec]:
+def make_records(n: int, partitions: int, *, base_ts: int | None = None, tag: str = "r") -> list[Rec]:
     """Keyed records with headers (a repeated key, an empty value), some empty and some
     null values, and explicit increasing timestamps, spread round-robin over `partitions`."""
     if base_ts is None:
         base_ts = int(time.time() * 1000) - 3_600_000
     out = []
     for i in range(n):
-        value = (b"" if i % 17 == 5 else None if i % 23 == 7      # empty and null values too
-                 else f"{tag}-value-{i:06d}-".encode() + b"x" * (i % 50))
+        value = (
+            b""
+            if i % 17 == 5
+            else None
+            if i % 23 == 7  # empty and null values too
+            else f"{tag}-value-{i:06d}-".encode() + b"x" * (i % 50)
+        )
         headers = (("idx", str(i).encode()), ("dup", b"1"), ("dup", b"2"), ("empty", b""))
-        out.append(Rec(partition=i % partitions, key=f"{tag}-key-{i}".encode(), value=value,
-                       headers=headers, timestamp=base_ts + i * 10))
+        out.append(
+            Rec(
+                partition=i % partitions,
+                key=f"{tag}-key-{i}".encode(),
+                value=value,
+                headers=headers,
+                timestamp=base_ts + i * 10,
+            )
+        )
     return out
 
 
@@ -73,52 +85,85 @@ def assert_same_records(sent: list[Rec], got: list[Rec]) -> None:
         for i, (e, a) in enumerate(zip(expected, actual)):
             assert a.content() == e.content(), f"partition {p} record #{i}: got {a}, expected {e}"
         offsets = [r.offset for r in actual]
-        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), \
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), (
             f"partition {p}: offsets not dense/increasing: {offsets[:20]}..."
+        )
 
 
 # -- kafka-python -------------------------------------------------------------------
 
+
 def kp_admin(bootstrap: str):
     from kafka import KafkaAdminClient
-    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000,
-                            bootstrap_timeout_ms=10_000, client_id="shoal-it-admin")
+
+    return KafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=10_000, bootstrap_timeout_ms=10_000, client_id="shoal-it-admin"
+    )
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1,
-                 configs: dict[str, str] | None = None, client: str = "kafka-python") -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None, client: str = "kafka-python"
+) -> None:
     """Create a topic with one client's admin API and wait until it has leaders."""
     code = ADMINS[client](bootstrap, name, partitions, configs)
     assert code == 0, f"CreateTopics {name!r} via {client}: error code {code}"
     wait_topic_ready(bootstrap, name)
 
 
-def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 60,
-                         **config) -> list[int]:
+def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 60, **config) -> list[int]:
     """Send all records, wait for every ack; returns their offsets (in send order)."""
     from kafka import KafkaProducer
-    cfg = dict(bootstrap_servers=bootstrap, linger_ms=5, request_timeout_ms=15_000,
-               max_block_ms=15_000, delivery_timeout_ms=60_000, client_id="shoal-it-kp")
+
+    cfg = dict(
+        bootstrap_servers=bootstrap,
+        linger_ms=5,
+        request_timeout_ms=15_000,
+        max_block_ms=15_000,
+        delivery_timeout_ms=60_000,
+        client_id="shoal-it-kp",
+    )
     cfg.update(config)
     producer = KafkaProducer(**cfg)
     try:
-        futures = [producer.send(topic, value=r.value, key=r.key, partition=r.partition,
-                                 headers=list(r.headers), timestamp_ms=r.timestamp)
-                   for r in recs]
+        futures = [
+            producer.send(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=r.partition,
+                headers=list(r.headers),
+                timestamp_ms=r.timestamp,
+            )
+            for r in recs
+        ]
         producer.flush(timeout=timeout_s)
         return [f.get(timeout=CALL_TIMEOUT_S).offset for f in futures]
     finally:
         producer.close(timeout=5)
 
 
-def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: int,
-                         timeout_s: float = CALL_TIMEOUT_S, settle_s: float = 0.5, **config) -> list[Rec]:
+def consume_kafka_python(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    timeout_s: float = CALL_TIMEOUT_S,
+    settle_s: float = 0.5,
+    **config,
+) -> list[Rec]:
     """Read from the beginning of every partition with manual assignment until
     `expected` records arrived (then `settle_s` more, to catch extras) or timeout."""
     from kafka import KafkaConsumer, TopicPartition
-    cfg = dict(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-               auto_offset_reset="earliest", request_timeout_ms=15_000,
-               fetch_max_wait_ms=100, client_id="shoal-it-kc")
+
+    cfg = dict(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=15_000,
+        fetch_max_wait_ms=100,
+        client_id="shoal-it-kc",
+    )
     cfg.update(config)
     consumer = KafkaConsumer(**cfg)
     try:
@@ -130,8 +175,16 @@ def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: 
         def poll_once():
             for batch in consumer.poll(timeout_ms=200).values():
                 for m in batch:
-                    out.append(Rec(m.partition, m.key, m.value,
-                                   tuple((k, v) for k, v in (m.headers or [])), m.timestamp, m.offset))
+                    out.append(
+                        Rec(
+                            m.partition,
+                            m.key,
+                            m.value,
+                            tuple((k, v) for k, v in (m.headers or [])),
+                            m.timestamp,
+                            m.offset,
+                        )
+                    )
 
         _poll_until(poll_once, lambda: len(out) >= expected, timeout_s, settle_s)
         return out
@@ -150,16 +203,17 @@ def _poll_until(poll_once, done, timeout_s: float, settle_s: float) -> None:
 
 # -- confluent-kafka (librdkafka) ----------------------------------------------------
 
+
 def ck_admin(bootstrap: str):
     from confluent_kafka.admin import AdminClient
+
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000})
 
 
-def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 60,
-                      **config) -> list[int]:
+def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 60, **config) -> list[int]:
     from confluent_kafka import KafkaException, Producer
-    cfg = {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 60_000,
-           "client.id": "shoal-it-ck"}
+
+    cfg = {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 60_000, "client.id": "shoal-it-ck"}
     cfg.update({k.replace("_", "."): v for k, v in config.items()})
     producer = Producer(cfg)
     offsets: list[int | None] = [None] * len(recs)
@@ -171,15 +225,22 @@ def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], timeout_s: fl
                 errors.append((i, err))
             else:
                 offsets[i] = msg.offset()
+
         return cb
 
     deadline = time.monotonic() + timeout_s
     for i, r in enumerate(recs):
         while True:
             try:
-                producer.produce(topic, value=r.value, key=r.key, partition=r.partition,
-                                 timestamp=r.timestamp, headers=list(r.headers),
-                                 on_delivery=on_delivery(i))
+                producer.produce(
+                    topic,
+                    value=r.value,
+                    key=r.key,
+                    partition=r.partition,
+                    timestamp=r.timestamp,
+                    headers=list(r.headers),
+                    on_delivery=on_delivery(i),
+                )
                 break
             except BufferError:
                 if time.monotonic() > deadline:
@@ -189,19 +250,33 @@ def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], timeout_s: fl
             producer.poll(0)
     remaining = producer.flush(max(1.0, deadline - time.monotonic()))
     producer.purge()
-    del producer          # librdkafka has no close(): drop the handle now, not with a traceback
+    del producer  # librdkafka has no close(): drop the handle now, not with a traceback
     if errors:
         raise KafkaException(errors[0][1])
     assert remaining == 0, f"{remaining} messages not delivered before the deadline"
     return offsets
 
 
-def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int,
-                      timeout_s: float = CALL_TIMEOUT_S, settle_s: float = 0.5, **config) -> list[Rec]:
+def consume_confluent(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    timeout_s: float = CALL_TIMEOUT_S,
+    settle_s: float = 0.5,
+    **config,
+) -> list[Rec]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-    cfg = {"bootstrap.servers": bootstrap, "group.id": f"shoal-it-{uuid.uuid4().hex[:8]}",
-           "enable.auto.commit": False, "auto.offset.reset": "earliest",
-           "enable.partition.eof": False, "fetch.wait.max.ms": 100, "client.id": "shoal-it-cc"}
+
+    cfg = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"shoal-it-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "fetch.wait.max.ms": 100,
+        "client.id": "shoal-it-cc",
+    }
     cfg.update({k.replace("_", "."): v for k, v in config.items()})
     consumer = Consumer(cfg)
     try:
@@ -214,8 +289,9 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         continue
                     raise KafkaException(m.error())
-                out.append(Rec(m.partition(), m.key(), m.value(), tuple(m.headers() or ()),
-                               m.timestamp()[1], m.offset()))
+                out.append(
+                    Rec(m.partition(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1], m.offset())
+                )
 
         _poll_until(poll_once, lambda: len(out) >= expected, timeout_s, settle_s)
         return out
@@ -225,26 +301,35 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
 
 # -- aiokafka -------------------------------------------------------------------------
 
+
 def _run_async(coro, timeout_s: float):
     async def bounded():
         return await asyncio.wait_for(coro, timeout_s)
+
     return asyncio.run(bounded())
 
 
-def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 60,
-                     **config) -> list[int]:
+def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 60, **config) -> list[int]:
     from aiokafka import AIOKafkaProducer
-    cfg = dict(bootstrap_servers=bootstrap, linger_ms=5, request_timeout_ms=15_000,
-               client_id="shoal-it-ak")
+
+    cfg = dict(bootstrap_servers=bootstrap, linger_ms=5, request_timeout_ms=15_000, client_id="shoal-it-ak")
     cfg.update(config)
 
     async def run():
         producer = AIOKafkaProducer(**cfg)
         await producer.start()
         try:
-            futures = [await producer.send(topic, value=r.value, key=r.key, partition=r.partition,
-                                           timestamp_ms=r.timestamp, headers=list(r.headers))
-                       for r in recs]
+            futures = [
+                await producer.send(
+                    topic,
+                    value=r.value,
+                    key=r.key,
+                    partition=r.partition,
+                    timestamp_ms=r.timestamp,
+                    headers=list(r.headers),
+                )
+                for r in recs
+            ]
             return [(await f).offset for f in futures]
         finally:
             await producer.stop()
@@ -252,12 +337,26 @@ def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], timeout_s: flo
     return _run_async(run(), timeout_s)
 
 
-def consume_aiokafka(bootstrap: str, topic: str, partitions: int, expected: int,
-                     timeout_s: float = CALL_TIMEOUT_S, settle_s: float = 0.5, **config) -> list[Rec]:
+def consume_aiokafka(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    timeout_s: float = CALL_TIMEOUT_S,
+    settle_s: float = 0.5,
+    **config,
+) -> list[Rec]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
-    cfg = dict(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-               auto_offset_reset="earliest", request_timeout_ms=15_000,
-               fetch_max_wait_ms=100, client_id="shoal-it-ac")
+
+    cfg = dict(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=15_000,
+        fetch_max_wait_ms=100,
+        client_id="shoal-it-ac",
+    )
     cfg.update(config)
 
     async def run():
@@ -277,8 +376,7 @@ def consume_aiokafka(bootstrap: str, topic: str, partitions: int, expected: int,
                         break
                 for batch in (await consumer.getmany(timeout_ms=200)).values():
                     for m in batch:
-                        out.append(Rec(m.partition, m.key, m.value, tuple(m.headers or ()),
-                                       m.timestamp, m.offset))
+                        out.append(Rec(m.partition, m.key, m.value, tuple(m.headers or ()), m.timestamp, m.offset))
             return out
         finally:
             await consumer.stop()
@@ -286,13 +384,12 @@ def consume_aiokafka(bootstrap: str, topic: str, partitions: int, expected: int,
     return _run_async(run(), timeout_s + 20)
 
 
-PRODUCERS = {"kafka-python": produce_kafka_python, "confluent": produce_confluent,
-             "aiokafka": produce_aiokafka}
-CONSUMERS = {"kafka-python": consume_kafka_python, "confluent": consume_confluent,
-             "aiokafka": consume_aiokafka}
+PRODUCERS = {"kafka-python": produce_kafka_python, "confluent": produce_confluent, "aiokafka": produce_aiokafka}
+CONSUMERS = {"kafka-python": consume_kafka_python, "confluent": consume_confluent, "aiokafka": consume_aiokafka}
 
 
 # -- raw protocol ----------------------------------------------------------------------
+
 
 class RawConnection:
     """One plain TCP connection speaking Kafka frames, for requests no client would send.
@@ -375,8 +472,9 @@ class RawConnection:
         cid = self.send_request(request, version)
         frame = self.recv_frame(timeout_s)
         if frame is None:
-            raise ConnectionError(f"broker closed the connection instead of answering "
-                                  f"{type(request).__name__} v{version}")
+            raise ConnectionError(
+                f"broker closed the connection instead of answering {type(request).__name__} v{version}"
+            )
         response_class = _response_class(request)
         response = response_class.decode(frame, version=version, header=True)
         got = response.header.correlation_id
@@ -389,6 +487,7 @@ def _response_class(request):
     import kafka.protocol.consumer as consumer
     import kafka.protocol.metadata as metadata
     import kafka.protocol.producer as producer
+
     name = type(request).__name__.split("_v")[0].replace("Request", "Response")
     for module in (metadata, producer, consumer, admin):
         if hasattr(module, name):
@@ -399,6 +498,7 @@ def _response_class(request):
 def api_versions(address: str, version: int = 3, timeout_s: float = 5.0) -> dict[int, tuple[int, int]]:
     """ApiVersions on a fresh connection: {api_key: (min_version, max_version)}."""
     from kafka.protocol.metadata import ApiVersionsRequest
+
     kwargs = {"client_software_name": "shoal-it", "client_software_version": "1"} if version >= 3 else {}
     with RawConnection(address, timeout_s) as conn:
         resp = conn.request(ApiVersionsRequest(**kwargs), version)
@@ -414,23 +514,35 @@ def pick_version(versions: dict[int, tuple[int, int]], request_class, cap: int) 
     return v
 
 
-def build_batch(records: list[tuple[bytes | None, bytes | None]], *, timestamp_ms: int | None = None,
-                timestamps: list[int] | None = None, compression: int = 0) -> bytes:
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    *,
+    timestamp_ms: int | None = None,
+    timestamps: list[int] | None = None,
+    compression: int = 0,
+) -> bytes:
     """A magic-2 batch with base offset 0 (the broker assigns offsets); one timestamp
     for all records, or one per record."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
+
     ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for i, (key, value) in enumerate(records):
-        builder.append(i, timestamp=timestamps[i] if timestamps else ts, key=key, value=value,
-                       headers=[])
+        builder.append(i, timestamp=timestamps[i] if timestamps else ts, key=key, value=value, headers=[])
     return bytes(builder.build())
 
 
 def build_legacy_batch(records: list[tuple[bytes | None, bytes | None]], magic: int = 1) -> bytes:
     from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
     builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 30)
     ts = int(time.time() * 1000)
     for i, (key, value) in enumerate(records):
@@ -438,33 +550,66 @@ def build_legacy_batch(records: list[tuple[bytes | None, bytes | None]], magic: 
     return bytes(builder.build())
 
 
-def raw_produce(conn: RawConnection, versions, topic: str, partition: int, records: bytes,
-                acks: int = -1):
+def raw_produce(conn: RawConnection, versions, topic: str, partition: int, records: bytes, acks: int = -1):
     """One Produce request with `records` as the partition's record bytes; returns
     (error_code, base_offset) of that partition."""
     from kafka.protocol.producer import ProduceRequest
-    v = pick_version(versions, ProduceRequest, cap=12)   # v13+ addresses topics by id
+
+    v = pick_version(versions, ProduceRequest, cap=12)  # v13+ addresses topics by id
     P = ProduceRequest.TopicProduceData
-    req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10_000,
-                         topic_data=[P(name=topic, partition_data=[
-                             P.PartitionProduceData(index=partition, records=records)])])
+    req = ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout_ms=10_000,
+        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=partition, records=records)])],
+    )
     resp = conn.request(req, v, timeout_s=15)
     part = resp.responses[0].partition_responses[0]
     return part.error_code, part.base_offset
 
 
-def raw_fetch(conn: RawConnection, versions, topic: str, partition: int, offset: int, *,
-              max_wait_ms: int = 0, min_bytes: int = 1, max_bytes: int = 50 << 20, timeout_s: float = 15):
+def raw_fetch(
+    conn: RawConnection,
+    versions,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 50 << 20,
+    timeout_s: float = 15,
+):
     """One Fetch; returns the partition's response data."""
     from kafka.protocol.consumer import FetchRequest
-    v = pick_version(versions, FetchRequest, cap=12)     # v13+ addresses topics by id
+
+    v = pick_version(versions, FetchRequest, cap=12)  # v13+ addresses topics by id
     T = FetchRequest.FetchTopic
-    req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                       max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-                       topics=[T(topic=topic, partitions=[T.FetchPartition(
-                           partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                           log_start_offset=-1, partition_max_bytes=max_bytes)])],
-                       forgotten_topics_data=[], rack_id="")
+    req = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    T.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        log_start_offset=-1,
+                        partition_max_bytes=max_bytes,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     resp = conn.request(req, v, timeout_s=timeout_s)
     assert resp.error_code == 0, f"Fetch top-level error {resp.error_code}"
     return resp.responses[0].partitions[0]
@@ -473,6 +618,7 @@ def raw_fetch(conn: RawConnection, versions, topic: str, partition: int, offset:
 def decode_records(data) -> list:
     """Records of a Fetch response's record set (kafka-python checks CRCs on the way)."""
     from kafka.record.memory_records import MemoryRecords
+
     if not data:
         return []
     out = []
@@ -488,27 +634,35 @@ def decode_records(data) -> list:
 
 # -- admin: create topics (returning the wire error code) and describe configs ---------
 
-def create_topics_kafka_python(bootstrap: str, name: str, partitions: int = 1,
-                               configs: dict[str, str] | None = None) -> int:
+
+def create_topics_kafka_python(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> int:
     admin = kp_admin(bootstrap)
     try:
-        result = admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1,
-                                             "configs": configs or {}}},
-                                     timeout_ms=10_000, raise_errors=False)
+        result = admin.create_topics(
+            {name: {"num_partitions": partitions, "replication_factor": 1, "configs": configs or {}}},
+            timeout_ms=10_000,
+            raise_errors=False,
+        )
         (topic,) = result["topics"]
         return topic["error_code"]
     finally:
         admin.close()
 
 
-def create_topics_confluent(bootstrap: str, name: str, partitions: int = 1,
-                            configs: dict[str, str] | None = None) -> int:
+def create_topics_confluent(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
+
     admin = ck_admin(bootstrap)
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                            config=configs or {})], operation_timeout=10,
-                                  request_timeout=15)
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=configs or {})],
+        operation_timeout=10,
+        request_timeout=15,
+    )
     try:
         futures[name].result(timeout=CALL_TIMEOUT_S)
         return 0
@@ -516,17 +670,19 @@ def create_topics_confluent(bootstrap: str, name: str, partitions: int = 1,
         return exc.args[0].code()
 
 
-def create_topics_aiokafka(bootstrap: str, name: str, partitions: int = 1,
-                           configs: dict[str, str] | None = None) -> int:
+def create_topics_aiokafka(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> int:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     async def run():
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
         await admin.start()
         try:
-            resp = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})],
-                                             timeout_ms=10_000)
-            (entry,) = resp.topic_errors            # (name, error_code[, error_message])
+            resp = await admin.create_topics(
+                [NewTopic(name, partitions, 1, topic_configs=configs or {})], timeout_ms=10_000
+            )
+            (entry,) = resp.topic_errors  # (name, error_code[, error_message])
             return entry[1]
         finally:
             await admin.close()
@@ -534,8 +690,11 @@ def create_topics_aiokafka(bootstrap: str, name: str, partitions: int = 1,
     return _run_async(run(), CALL_TIMEOUT_S)
 
 
-ADMINS = {"kafka-python": create_topics_kafka_python, "confluent": create_topics_confluent,
-          "aiokafka": create_topics_aiokafka}
+ADMINS = {
+    "kafka-python": create_topics_kafka_python,
+    "confluent": create_topics_confluent,
+    "aiokafka": create_topics_aiokafka,
+}
 
 
 def wait_topic_ready(bootstrap: str, name: str) -> None:
@@ -548,10 +707,10 @@ def wait_topic_ready(bootstrap: str, name: str) -> None:
 
 def describe_topic_configs_kafka_python(bootstrap: str, topic: str) -> dict[str, str | None]:
     from kafka.admin import ConfigResource, ConfigResourceType
+
     admin = kp_admin(bootstrap)
     try:
-        res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
-                                     config_filter="all")
+        res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
         return {k: v["value"] for k, v in res["topic"][topic].items()}
     finally:
         admin.close()
@@ -559,40 +718,48 @@ def describe_topic_configs_kafka_python(bootstrap: str, topic: str) -> dict[str,
 
 def describe_topic_configs_confluent(bootstrap: str, topic: str) -> dict[str, str | None]:
     from confluent_kafka.admin import ConfigResource, ResourceType
+
     admin = ck_admin(bootstrap)
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=15)
     (future,) = futures.values()
     return {k: e.value for k, e in future.result(timeout=CALL_TIMEOUT_S).items()}
 
 
-DESCRIBE_CONFIGS = {"kafka-python": describe_topic_configs_kafka_python,
-                    "confluent": describe_topic_configs_confluent}
+DESCRIBE_CONFIGS = {"kafka-python": describe_topic_configs_kafka_python, "confluent": describe_topic_configs_confluent}
 
 
 # -- ListOffsets through each client -----------------------------------------------------
 
+
 def list_offsets_kafka_python(bootstrap: str, topic: str, partition: int, timestamps: list[int]):
     """{"earliest": int, "latest": int, "by_ts": {ts: (offset, timestamp) | None}}"""
     from kafka import KafkaConsumer, TopicPartition
+
     tp = TopicPartition(topic, partition)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             request_timeout_ms=15_000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, request_timeout_ms=15_000
+    )
     try:
         t = 15_000
         by_ts = {}
         for ts in timestamps:
             found = consumer.offsets_for_times({tp: ts}, timeout_ms=t)[tp]
             by_ts[ts] = None if found is None else (found.offset, found.timestamp)
-        return {"earliest": consumer.beginning_offsets([tp], timeout_ms=t)[tp],
-                "latest": consumer.end_offsets([tp], timeout_ms=t)[tp], "by_ts": by_ts}
+        return {
+            "earliest": consumer.beginning_offsets([tp], timeout_ms=t)[tp],
+            "latest": consumer.end_offsets([tp], timeout_ms=t)[tp],
+            "by_ts": by_ts,
+        }
     finally:
         consumer.close(autocommit=False)
 
 
 def list_offsets_confluent(bootstrap: str, topic: str, partition: int, timestamps: list[int]):
     from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shoal-it-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"shoal-it-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+    )
     try:
         by_ts = {}
         for ts in timestamps:
@@ -600,8 +767,7 @@ def list_offsets_confluent(bootstrap: str, topic: str, partition: int, timestamp
             assert found.error is None, found.error
             # librdkafka reports "no such record" as OFFSET_END (-1); no timestamp is exposed
             by_ts[ts] = None if found.offset < 0 else (found.offset, None)
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15,
-                                                   cached=False)
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15, cached=False)
         return {"earliest": low, "latest": high, "by_ts": by_ts}
     finally:
         consumer.close()
@@ -609,42 +775,57 @@ def list_offsets_confluent(bootstrap: str, topic: str, partition: int, timestamp
 
 def list_offsets_aiokafka(bootstrap: str, topic: str, partition: int, timestamps: list[int]):
     from aiokafka import AIOKafkaConsumer, TopicPartition
+
     tp = TopicPartition(topic, partition)
 
     async def run():
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                    enable_auto_commit=False, request_timeout_ms=15_000)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, request_timeout_ms=15_000
+        )
         await consumer.start()
         try:
             by_ts = {}
             for ts in timestamps:
                 found = (await consumer.offsets_for_times({tp: ts}))[tp]
                 by_ts[ts] = None if found is None else (found.offset, found.timestamp)
-            return {"earliest": (await consumer.beginning_offsets([tp]))[tp],
-                    "latest": (await consumer.end_offsets([tp]))[tp], "by_ts": by_ts}
+            return {
+                "earliest": (await consumer.beginning_offsets([tp]))[tp],
+                "latest": (await consumer.end_offsets([tp]))[tp],
+                "by_ts": by_ts,
+            }
         finally:
             await consumer.stop()
 
     return _run_async(run(), CALL_TIMEOUT_S)
 
 
-LIST_OFFSETS = {"kafka-python": list_offsets_kafka_python, "confluent": list_offsets_confluent,
-                "aiokafka": list_offsets_aiokafka}
+LIST_OFFSETS = {
+    "kafka-python": list_offsets_kafka_python,
+    "confluent": list_offsets_confluent,
+    "aiokafka": list_offsets_aiokafka,
+}
 
 
 # -- a producer that keeps sending while the test does something to the broker -------------
+
 
 class BackgroundProducer:
     """kafka-python (idempotent, acks=all) sending values b"%08d" % seq round-robin over
     partitions from a thread, at a modest rate, until stopped or `max_records` sent.
     `acked[partition]` lists (seq, offset) in ack order."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, max_records: int = 200_000,
-                 **config):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, max_records: int = 200_000, **config):
         from kafka import KafkaProducer
-        cfg = dict(bootstrap_servers=bootstrap, linger_ms=5, request_timeout_ms=5_000,
-                   max_block_ms=2_000, delivery_timeout_ms=20_000, reconnect_backoff_max_ms=500,
-                   client_id="shoal-it-bg")
+
+        cfg = dict(
+            bootstrap_servers=bootstrap,
+            linger_ms=5,
+            request_timeout_ms=5_000,
+            max_block_ms=2_000,
+            delivery_timeout_ms=20_000,
+            reconnect_backoff_max_ms=500,
+            client_id="shoal-it-bg",
+        )
         cfg.update(config)
         self.producer = KafkaProducer(**cfg)
         self.topic, self.partitions, self.max_records = topic, partitions, max_records
@@ -697,7 +878,7 @@ class BackgroundProducer:
             f.add_errback(self._on_error)
             self.sent += 1
             if seq % 50 == 49:
-                time.sleep(0.005)                # keep the rate modest (~10k records/s at most)
+                time.sleep(0.005)  # keep the rate modest (~10k records/s at most)
 
     def halt(self, timeout_s: float = 10.0) -> None:
         """Stop sending new records (pending ones stay in the producer)."""
@@ -712,7 +893,7 @@ class BackgroundProducer:
             self.producer.close(timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001
             self.close_error = exc
-            self.producer._sender.force_close()       # no public way to give up on a flush
+            self.producer._sender.force_close()  # no public way to give up on a flush
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> dict[int, list[Rec]]:
@@ -733,9 +914,12 @@ def check_sequences(per_partition: dict[int, list[Rec]], acked: dict[int, list[t
         assert offsets == list(range(len(recs))), f"partition {p}: offsets not dense from 0"
         seqs = [int(r.value) for r in recs]
         bad = [i for i in range(1, len(seqs)) if seqs[i] <= seqs[i - 1]]
-        assert not bad, f"partition {p}: order broken/duplicates at offsets {bad[:10]} " \
-                        f"(seqs around: {seqs[max(0, bad[0] - 3):bad[0] + 3]})"
+        assert not bad, (
+            f"partition {p}: order broken/duplicates at offsets {bad[:10]} "
+            f"(seqs around: {seqs[max(0, bad[0] - 3) : bad[0] + 3]})"
+        )
         stored = dict(zip(offsets, seqs))
         missing = [(s, o) for s, o in acked.get(p, []) if stored.get(o) != s]
-        assert not missing, f"partition {p}: {len(missing)} acknowledged records missing or moved, " \
-                            f"e.g. (seq, offset) {missing[:5]}"
+        assert not missing, (
+            f"partition {p}: {len(missing)} acknowledged records missing or moved, e.g. (seq, offset) {missing[:5]}"
+        )

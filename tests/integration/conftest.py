@@ -17,8 +17,7 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if report.failed:
         for b in _ACTIVE_BROKERS:
-            report.sections.append((f"broker log tail (port {b.port}, pid {b.pid}, "
-                                    f"running={b.running()})", b.tail(80)))
+            report.sections.append((f"broker log tail (port {b.port}, pid {b.pid}, running={b.running()})", b.tail(80)))
     return report
 
 

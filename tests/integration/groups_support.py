@@ -26,12 +26,12 @@ import threading
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):                        # pragma: no cover - run as a script
+if __package__ in (None, ""):  # pragma: no cover - run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-SESSION_TIMEOUT_MS = 6000       # the broker's group.min.session.timeout.ms (Kafka's default)
-HEARTBEAT_INTERVAL_MS = 1000    # so members notice a rebalance within about a second
-MEMBER_MAX_SECONDS = 150        # a member subprocess exits by itself after this long
+SESSION_TIMEOUT_MS = 6000  # the broker's group.min.session.timeout.ms (Kafka's default)
+HEARTBEAT_INTERVAL_MS = 1000  # so members notice a rebalance within about a second
+MEMBER_MAX_SECONDS = 150  # a member subprocess exits by itself after this long
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Kafka error codes used by the group tests.
@@ -53,6 +53,7 @@ GROUP_SUBSCRIBED_TO_TOPIC = 86
 # Test side: a member subprocess and what it reported
 # ======================================================================================
 
+
 class MemberProc:
     """One group member in a subprocess.
 
@@ -64,23 +65,51 @@ class MemberProc:
     session_timeout_ms: the member's session.timeout.ms (the broker's minimum by default)
     """
 
-    def __init__(self, client: str, bootstrap: str, topic: str, group: str, *, name: str,
-                 log_dir: Path, assignor: str = "range", commit: bool = False,
-                 max_records: int | None = None, max_seconds: float = MEMBER_MAX_SECONDS,
-                 instance_id: str | None = None, session_timeout_ms: int = SESSION_TIMEOUT_MS):
+    def __init__(
+        self,
+        client: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        *,
+        name: str,
+        log_dir: Path,
+        assignor: str = "range",
+        commit: bool = False,
+        max_records: int | None = None,
+        max_seconds: float = MEMBER_MAX_SECONDS,
+        instance_id: str | None = None,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    ):
         self.client, self.name, self.group = client, name, group
-        spec = dict(client=client, bootstrap=bootstrap, topic=topic, group=group, name=name,
-                    assignor=assignor, commit=commit, max_records=max_records,
-                    max_seconds=max_seconds, session_timeout_ms=session_timeout_ms, instance_id=instance_id,
-                    heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+        spec = dict(
+            client=client,
+            bootstrap=bootstrap,
+            topic=topic,
+            group=group,
+            name=name,
+            assignor=assignor,
+            commit=commit,
+            max_records=max_records,
+            max_seconds=max_seconds,
+            session_timeout_ms=session_timeout_ms,
+            instance_id=instance_id,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        )
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"member-{name}.stderr"
         self._stderr = open(self.stderr_path, "wb")
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.groups_support", "member", json.dumps(spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True, bufsize=1)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            text=True,
+            bufsize=1,
+        )
         self.events: list[dict] = []
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name=f"member-{name}", daemon=True)
@@ -148,8 +177,7 @@ class MemberProc:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"member {self.name} did not exit within {timeout_s}s "
-                                 f"(killed)\n{self.stderr_tail()}")
+            raise AssertionError(f"member {self.name} did not exit within {timeout_s}s (killed)\n{self.stderr_tail()}")
 
     def close(self, timeout_s: float = 20) -> int:
         self.request_close()
@@ -183,8 +211,10 @@ class MemberProc:
 
 
 def assignment_summary(members) -> str:
-    return "; ".join(f"{m.name}({m.client}, running={m.running()}): "
-                     f"{sorted(m.assignment) if m.assignment is not None else None}" for m in members)
+    return "; ".join(
+        f"{m.name}({m.client}, running={m.running()}): {sorted(m.assignment) if m.assignment is not None else None}"
+        for m in members
+    )
 
 
 def exact_cover(members, partitions: int, each: int | None = None) -> bool:
@@ -196,12 +226,10 @@ def exact_cover(members, partitions: int, each: int | None = None) -> bool:
         return False
     if each is not None and any(len(a) != each for a in owned):
         return False
-    return sum(len(a) for a in owned) == partitions and \
-        frozenset().union(*owned) == frozenset(range(partitions))
+    return sum(len(a) for a in owned) == partitions and frozenset().union(*owned) == frozenset(range(partitions))
 
 
-def wait_exact_cover(members, partitions: int, timeout_s: float, what: str = "",
-                     each: int | None = None) -> float:
+def wait_exact_cover(members, partitions: int, timeout_s: float, what: str = "", each: int | None = None) -> float:
     """Wait until `members` own every partition exactly once (`each` apiece, if given);
     returns the seconds waited."""
     start = time.monotonic()
@@ -211,12 +239,16 @@ def wait_exact_cover(members, partitions: int, timeout_s: float, what: str = "",
             return time.monotonic() - start
         for m in members:
             if not m.running():
-                raise AssertionError(f"member {m.name} exited (code {m.proc.returncode}) while "
-                                     f"waiting for {what or 'an exact assignment'}\n{m.stderr_tail()}")
+                raise AssertionError(
+                    f"member {m.name} exited (code {m.proc.returncode}) while "
+                    f"waiting for {what or 'an exact assignment'}\n{m.stderr_tail()}"
+                )
         time.sleep(0.05)
     tails = "\n".join(m.stderr_tail(15) for m in members)
-    raise AssertionError(f"no exact assignment of {partitions} partitions over {len(members)} "
-                         f"members within {timeout_s}s ({what}): {assignment_summary(members)}\n{tails}")
+    raise AssertionError(
+        f"no exact assignment of {partitions} partitions over {len(members)} "
+        f"members within {timeout_s}s ({what}): {assignment_summary(members)}\n{tails}"
+    )
 
 
 def wait_records(members, count: int, timeout_s: float) -> None:
@@ -226,8 +258,9 @@ def wait_records(members, count: int, timeout_s: float) -> None:
             return
         time.sleep(0.05)
     got = sum(len(m.records()) for m in members)
-    raise AssertionError(f"members read {got} records, expected {count}, within {timeout_s}s: "
-                         f"{assignment_summary(members)}")
+    raise AssertionError(
+        f"members read {got} records, expected {count}, within {timeout_s}s: {assignment_summary(members)}"
+    )
 
 
 class MemberFactory:
@@ -251,6 +284,7 @@ class MemberFactory:
 # ======================================================================================
 # Member side: runs in the subprocess
 # ======================================================================================
+
 
 def _emit(**ev) -> None:
     sys.stdout.write(json.dumps(ev) + "\n")
@@ -325,43 +359,67 @@ def _member_kafka_python(spec: dict, cmds: _Commands) -> None:
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
-                 "sticky": StickyPartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}
+
+    assignors = {
+        "range": RangePartitionAssignor,
+        "roundrobin": RoundRobinPartitionAssignor,
+        "sticky": StickyPartitionAssignor,
+        "cooperative-sticky": CooperativeStickyAssignor,
+    }
     st = _MemberState(spec)
     consumer = KafkaConsumer(
-        bootstrap_servers=spec["bootstrap"], group_id=spec["group"], client_id=f"it-{spec['name']}",
-        enable_auto_commit=False, auto_offset_reset="earliest",
-        session_timeout_ms=spec["session_timeout_ms"], heartbeat_interval_ms=spec["heartbeat_interval_ms"],
-        partition_assignment_strategy=[assignors[spec["assignor"]]], fetch_max_wait_ms=100,
-        request_timeout_ms=15_000, retry_backoff_ms=100)
+        bootstrap_servers=spec["bootstrap"],
+        group_id=spec["group"],
+        client_id=f"it-{spec['name']}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=spec["session_timeout_ms"],
+        heartbeat_interval_ms=spec["heartbeat_interval_ms"],
+        partition_assignment_strategy=[assignors[spec["assignor"]]],
+        fetch_max_wait_ms=100,
+        request_timeout_ms=15_000,
+        retry_backoff_ms=100,
+    )
     consumer.subscribe([spec["topic"]])
     _emit(ev="subscribed")
     try:
         while not cmds.close.is_set() and not st.done() and not st.expired():
             got = consumer.poll(timeout_ms=200)
             st.note_assignment(tp.partition for tp in consumer.assignment())
-            recs = [(m.partition, m.offset, m.key, m.value)
-                    for tp in sorted(got, key=lambda tp: tp.partition) for m in got[tp]]
+            recs = [
+                (m.partition, m.offset, m.key, m.value)
+                for tp in sorted(got, key=lambda tp: tp.partition)
+                for m in got[tp]
+            ]
             to_commit = st.take(recs)
             if spec["commit"] and to_commit:
                 with _commit_report(to_commit):
-                    consumer.commit({TopicPartition(spec["topic"], p): OffsetAndMetadata(o, "", -1)
-                                     for p, o in to_commit.items()})
+                    consumer.commit(
+                        {TopicPartition(spec["topic"], p): OffsetAndMetadata(o, "", -1) for p, o in to_commit.items()}
+                    )
     finally:
         consumer.close(autocommit=False)
 
 
 def _member_confluent(spec: dict, cmds: _Commands) -> None:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
+
     st = _MemberState(spec)
-    consumer = Consumer({
-        "bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
-        "client.id": f"it-{spec['name']}", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "enable.partition.eof": False,
-        "session.timeout.ms": spec["session_timeout_ms"],
-        "heartbeat.interval.ms": spec["heartbeat_interval_ms"],
-        "partition.assignment.strategy": spec["assignor"], "fetch.wait.max.ms": 100,
-        **({"group.instance.id": spec["instance_id"]} if spec.get("instance_id") else {})})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": spec["bootstrap"],
+            "group.id": spec["group"],
+            "client.id": f"it-{spec['name']}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "session.timeout.ms": spec["session_timeout_ms"],
+            "heartbeat.interval.ms": spec["heartbeat_interval_ms"],
+            "partition.assignment.strategy": spec["assignor"],
+            "fetch.wait.max.ms": 100,
+            **({"group.instance.id": spec["instance_id"]} if spec.get("instance_id") else {}),
+        }
+    )
     consumer.subscribe([spec["topic"]])
     _emit(ev="subscribed")
     try:
@@ -378,8 +436,9 @@ def _member_confluent(spec: dict, cmds: _Commands) -> None:
             to_commit = st.take(recs)
             if spec["commit"] and to_commit:
                 with _commit_report(to_commit):
-                    consumer.commit(offsets=[TopicPartition(spec["topic"], p, o)
-                                             for p, o in to_commit.items()], asynchronous=False)
+                    consumer.commit(
+                        offsets=[TopicPartition(spec["topic"], p, o) for p, o in to_commit.items()], asynchronous=False
+                    )
     finally:
         consumer.close()
 
@@ -389,39 +448,51 @@ def _member_aiokafka(spec: dict, cmds: _Commands) -> None:
     from aiokafka.coordinator.assignors.range import RangePartitionAssignor
     from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
-                 "sticky": StickyPartitionAssignor}
+
+    assignors = {
+        "range": RangePartitionAssignor,
+        "roundrobin": RoundRobinPartitionAssignor,
+        "sticky": StickyPartitionAssignor,
+    }
 
     async def run():
         st = _MemberState(spec)
         consumer = AIOKafkaConsumer(
-            spec["topic"], bootstrap_servers=spec["bootstrap"], group_id=spec["group"],
-            client_id=f"it-{spec['name']}", enable_auto_commit=False, auto_offset_reset="earliest",
+            spec["topic"],
+            bootstrap_servers=spec["bootstrap"],
+            group_id=spec["group"],
+            client_id=f"it-{spec['name']}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
             session_timeout_ms=spec["session_timeout_ms"],
             heartbeat_interval_ms=spec["heartbeat_interval_ms"],
-            partition_assignment_strategy=(assignors[spec["assignor"]],), fetch_max_wait_ms=100,
-            request_timeout_ms=15_000, retry_backoff_ms=100)
+            partition_assignment_strategy=(assignors[spec["assignor"]],),
+            fetch_max_wait_ms=100,
+            request_timeout_ms=15_000,
+            retry_backoff_ms=100,
+        )
         await consumer.start()
         _emit(ev="subscribed")
         try:
             while not cmds.close.is_set() and not st.done() and not st.expired():
                 got = await consumer.getmany(timeout_ms=200)
                 st.note_assignment(tp.partition for tp in consumer.assignment())
-                recs = [(m.partition, m.offset, m.key, m.value)
-                        for tp in sorted(got, key=lambda tp: tp.partition) for m in got[tp]]
+                recs = [
+                    (m.partition, m.offset, m.key, m.value)
+                    for tp in sorted(got, key=lambda tp: tp.partition)
+                    for m in got[tp]
+                ]
                 to_commit = st.take(recs)
                 if spec["commit"] and to_commit:
                     with _commit_report(to_commit):
-                        await consumer.commit({TopicPartition(spec["topic"], p): o
-                                               for p, o in to_commit.items()})
+                        await consumer.commit({TopicPartition(spec["topic"], p): o for p, o in to_commit.items()})
         finally:
             await consumer.stop()
 
     asyncio.run(asyncio.wait_for(run(), spec["max_seconds"] + 30))
 
 
-MEMBERS = {"kafka-python": _member_kafka_python, "confluent": _member_confluent,
-           "aiokafka": _member_aiokafka}
+MEMBERS = {"kafka-python": _member_kafka_python, "confluent": _member_confluent, "aiokafka": _member_aiokafka}
 
 
 def member_main(spec: dict) -> int:
@@ -443,6 +514,7 @@ def member_main(spec: dict) -> int:
 # Raw group requests
 # ======================================================================================
 
+
 def consumer_subscription(topics: list[str]) -> bytes:
     """ConsumerProtocolSubscription v0: version, topics, null user data."""
     out = struct.pack(">hi", 0, len(topics))
@@ -460,20 +532,36 @@ def consumer_assignment(topic: str, partitions: list[int]) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-def raw_join(conn, versions, group: str, *, member_id: str = "", protocol_type: str = "consumer",
-             protocols: list[tuple[str, bytes]] | None = None, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-             rebalance_timeout_ms: int = 10_000, version: int | None = None, timeout_s: float = 20):
+def raw_join(
+    conn,
+    versions,
+    group: str,
+    *,
+    member_id: str = "",
+    protocol_type: str = "consumer",
+    protocols: list[tuple[str, bytes]] | None = None,
+    session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    rebalance_timeout_ms: int = 10_000,
+    version: int | None = None,
+    timeout_s: float = 20,
+):
     """One JoinGroup request; the decoded response."""
     from kafka.protocol.consumer import JoinGroupRequest
 
     from .clients import pick_version
+
     v = version if version is not None else pick_version(versions, JoinGroupRequest, cap=9)
     P = JoinGroupRequest.JoinGroupRequestProtocol
-    req = JoinGroupRequest(group_id=group, session_timeout_ms=session_timeout_ms,
-                           rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id,
-                           group_instance_id=None, protocol_type=protocol_type,
-                           protocols=[P(name=n, metadata=m) for n, m in (protocols or [])],
-                           reason=None)
+    req = JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type=protocol_type,
+        protocols=[P(name=n, metadata=m) for n, m in (protocols or [])],
+        reason=None,
+    )
     return conn.request(req, v, timeout_s=timeout_s)
 
 
@@ -487,18 +575,32 @@ def raw_join_member(conn, versions, group: str, topic: str, **kwargs):
     return resp
 
 
-def raw_sync(conn, versions, group: str, generation: int, member_id: str,
-             assignments: list[tuple[str, bytes]], *, protocol_name: str | None = "range",
-             timeout_s: float = 20):
+def raw_sync(
+    conn,
+    versions,
+    group: str,
+    generation: int,
+    member_id: str,
+    assignments: list[tuple[str, bytes]],
+    *,
+    protocol_name: str | None = "range",
+    timeout_s: float = 20,
+):
     from kafka.protocol.consumer import SyncGroupRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, SyncGroupRequest, cap=5)
     A = SyncGroupRequest.SyncGroupRequestAssignment
-    req = SyncGroupRequest(group_id=group, generation_id=generation, member_id=member_id,
-                           group_instance_id=None, protocol_type="consumer",
-                           protocol_name=protocol_name,
-                           assignments=[A(member_id=m, assignment=a) for m, a in assignments])
+    req = SyncGroupRequest(
+        group_id=group,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocol_name=protocol_name,
+        assignments=[A(member_id=m, assignment=a) for m, a in assignments],
+    )
     return conn.request(req, v, timeout_s=timeout_s)
 
 
@@ -506,9 +608,9 @@ def raw_heartbeat(conn, versions, group: str, generation: int, member_id: str):
     from kafka.protocol.consumer import HeartbeatRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, HeartbeatRequest, cap=4)
-    req = HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id,
-                           group_instance_id=None)
+    req = HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None)
     return conn.request(req, v, timeout_s=10)
 
 
@@ -516,31 +618,57 @@ def raw_leave(conn, versions, group: str, member_id: str):
     from kafka.protocol.consumer import LeaveGroupRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, LeaveGroupRequest, cap=5)
     if v >= 3:
         M = LeaveGroupRequest.MemberIdentity
-        req = LeaveGroupRequest(group_id=group, members=[M(member_id=member_id, group_instance_id=None,
-                                                           reason=None)])
+        req = LeaveGroupRequest(group_id=group, members=[M(member_id=member_id, group_instance_id=None, reason=None)])
     else:
         req = LeaveGroupRequest(group_id=group, member_id=member_id)
     return conn.request(req, v, timeout_s=10)
 
 
-def raw_commit(conn, versions, group: str, topic: str, offsets: dict[int, tuple[int, str | None]], *,
-               generation: int = -1, member_id: str = "", version: int | None = None):
+def raw_commit(
+    conn,
+    versions,
+    group: str,
+    topic: str,
+    offsets: dict[int, tuple[int, str | None]],
+    *,
+    generation: int = -1,
+    member_id: str = "",
+    version: int | None = None,
+):
     """OffsetCommit of {partition: (offset, metadata)}; returns ({partition: error}, version)."""
     from kafka.protocol.consumer import OffsetCommitRequest
 
     from .clients import pick_version
+
     v = version if version is not None else pick_version(versions, OffsetCommitRequest, cap=9)
     T = OffsetCommitRequest.OffsetCommitRequestTopic
     P = T.OffsetCommitRequestPartition
     req = OffsetCommitRequest(
-        group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
-        group_instance_id=None, retention_time_ms=-1,
-        topics=[T(name=topic, partitions=[P(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
-                                             commit_timestamp=-1, committed_metadata=md)
-                                           for p, (o, md) in sorted(offsets.items())])])
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        retention_time_ms=-1,
+        topics=[
+            T(
+                name=topic,
+                partitions=[
+                    P(
+                        partition_index=p,
+                        committed_offset=o,
+                        committed_leader_epoch=-1,
+                        commit_timestamp=-1,
+                        committed_metadata=md,
+                    )
+                    for p, (o, md) in sorted(offsets.items())
+                ],
+            )
+        ],
+    )
     resp = conn.request(req, v, timeout_s=10)
     return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
 
@@ -550,24 +678,28 @@ def raw_offset_fetch(conn, versions, group: str, topic: str, partitions: list[in
     from kafka.protocol.consumer import OffsetFetchRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, OffsetFetchRequest, cap=9)
     if v >= 8:
         G = OffsetFetchRequest.OffsetFetchRequestGroup
         T = G.OffsetFetchRequestTopics
-        req = OffsetFetchRequest(groups=[G(group_id=group, member_id=None, member_epoch=-1,
-                                           topics=[T(name=topic, partition_indexes=partitions)])],
-                                 require_stable=False)
+        req = OffsetFetchRequest(
+            groups=[
+                G(group_id=group, member_id=None, member_epoch=-1, topics=[T(name=topic, partition_indexes=partitions)])
+            ],
+            require_stable=False,
+        )
         resp = conn.request(req, v, timeout_s=10)
         (g,) = resp.groups
         topics, top_error = g.topics, g.error_code
     else:
         T = OffsetFetchRequest.OffsetFetchRequestTopic
-        req = OffsetFetchRequest(group_id=group, topics=[T(name=topic, partition_indexes=partitions)],
-                                 require_stable=False)
+        req = OffsetFetchRequest(
+            group_id=group, topics=[T(name=topic, partition_indexes=partitions)], require_stable=False
+        )
         resp = conn.request(req, v, timeout_s=10)
         topics, top_error = resp.topics, getattr(resp, "error_code", 0)
-    out = {p.partition_index: (p.committed_offset, p.metadata, p.error_code)
-           for t in topics for p in t.partitions}
+    out = {p.partition_index: (p.committed_offset, p.metadata, p.error_code) for t in topics for p in t.partitions}
     return out, top_error
 
 
@@ -576,9 +708,9 @@ def raw_describe_group(conn, versions, group: str) -> tuple[int, str, list[str]]
     from kafka.protocol.admin import DescribeGroupsRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, DescribeGroupsRequest, cap=5)
-    resp = conn.request(DescribeGroupsRequest(groups=[group], include_authorized_operations=False), v,
-                        timeout_s=10)
+    resp = conn.request(DescribeGroupsRequest(groups=[group], include_authorized_operations=False), v, timeout_s=10)
     (g,) = resp.groups
     return g.error_code, g.group_state, sorted(m.client_id for m in g.members)
 
@@ -587,6 +719,7 @@ def raw_delete_groups(conn, versions, groups: list[str]) -> dict[str, int]:
     from kafka.protocol.admin import DeleteGroupsRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, DeleteGroupsRequest, cap=2)
     resp = conn.request(DeleteGroupsRequest(groups_names=groups), v, timeout_s=10)
     return {r.group_id: r.error_code for r in resp.results}
@@ -597,10 +730,13 @@ def raw_offset_delete(conn, versions, group: str, topic: str, partitions: list[i
     from kafka.protocol.consumer import OffsetDeleteRequest
 
     from .clients import pick_version
+
     v = pick_version(versions, OffsetDeleteRequest, cap=0)
     T = OffsetDeleteRequest.OffsetDeleteRequestTopic
-    req = OffsetDeleteRequest(group_id=group, topics=[T(name=topic, partitions=[
-        T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+    req = OffsetDeleteRequest(
+        group_id=group,
+        topics=[T(name=topic, partitions=[T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])],
+    )
     resp = conn.request(req, v, timeout_s=10)
     return resp.error_code, {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
 

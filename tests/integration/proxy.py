@@ -19,18 +19,25 @@ CHUNK = 64 * 1024
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, *, listen_port: int | None = None,
-                 target_host: str = "127.0.0.1", drop_every_bytes: int | None = None,
-                 max_drops: int | None = None, direction: str = "up"):
+    def __init__(
+        self,
+        target_port: int,
+        *,
+        listen_port: int | None = None,
+        target_host: str = "127.0.0.1",
+        drop_every_bytes: int | None = None,
+        max_drops: int | None = None,
+        direction: str = "up",
+    ):
         self.target = (target_host, target_port)
         self.listen_port = listen_port or free_port()
         self.drop_every_bytes = drop_every_bytes
         self.max_drops = max_drops
         self.direction = direction
-        self.drops = 0                 # how many times connections were dropped
-        self.connections = 0           # client connections accepted, in total
-        self.bytes_up = 0              # client -> server, in total
-        self.bytes_down = 0            # server -> client, in total
+        self.drops = 0  # how many times connections were dropped
+        self.connections = 0  # client connections accepted, in total
+        self.bytes_up = 0  # client -> server, in total
+        self.bytes_down = 0  # server -> client, in total
         self._since_drop = 0
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -52,7 +59,8 @@ class TcpProxy:
             self._loop = loop
             try:
                 self._server = loop.run_until_complete(
-                    asyncio.start_server(self._accept, "127.0.0.1", self.listen_port))
+                    asyncio.start_server(self._accept, "127.0.0.1", self.listen_port)
+                )
             except BaseException as exc:  # noqa: BLE001 - reported to start()
                 errors.append(exc)
                 started.set()
@@ -107,8 +115,7 @@ class TcpProxy:
         self._loop.call_soon_threadsafe(do)
         done.wait(5.0)
 
-    def arm(self, drop_every_bytes: int | None, max_drops: int | None = None,
-            direction: str = "up") -> None:
+    def arm(self, drop_every_bytes: int | None, max_drops: int | None = None, direction: str = "up") -> None:
         """Start (or, with None, stop) dropping every `drop_every_bytes` bytes sent in
         `direction`, counting from now; `max_drops` bounds the total number of drops."""
         assert direction in ("up", "down")
@@ -147,15 +154,16 @@ class TcpProxy:
         pair = (c_writer, s_writer)
         self._pairs.add(pair)
         try:
-            await asyncio.gather(self._pipe(c_reader, s_writer, pair, upstream=True),
-                                 self._pipe(s_reader, c_writer, pair, upstream=False))
+            await asyncio.gather(
+                self._pipe(c_reader, s_writer, pair, upstream=True),
+                self._pipe(s_reader, c_writer, pair, upstream=False),
+            )
         finally:
             self._pairs.discard(pair)
             c_writer.transport.abort()
             s_writer.transport.abort()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    pair, *, upstream: bool) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair, *, upstream: bool) -> None:
         try:
             while True:
                 data = await reader.read(CHUNK)
@@ -179,10 +187,13 @@ class TcpProxy:
         """Returns the part of `data` to forward and whether to drop after it."""
         with self._lock:
             every = self.drop_every_bytes
-            armed = (every is not None and upstream == (self.direction == "up")
-                     and (self.max_drops is None or self.drops < self.max_drops))
+            armed = (
+                every is not None
+                and upstream == (self.direction == "up")
+                and (self.max_drops is None or self.drops < self.max_drops)
+            )
             if armed and len(data) >= every - self._since_drop:
-                data, cut = data[:every - self._since_drop], True
+                data, cut = data[: every - self._since_drop], True
             else:
                 cut = False
                 if armed:

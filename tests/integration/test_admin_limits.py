@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from .clients import (ADMINS, CALL_TIMEOUT_S, DESCRIBE_CONFIGS, RawConnection, Rec,
-                      api_versions, build_batch, consume_kafka_python, create_topic,
-                      decode_records, make_records, pick_version, produce_confluent,
-                      produce_kafka_python, raw_fetch, raw_produce, unique_topic)
+from .clients import (
+    ADMINS,
+    CALL_TIMEOUT_S,
+    DESCRIBE_CONFIGS,
+    RawConnection,
+    Rec,
+    api_versions,
+    build_batch,
+    consume_kafka_python,
+    create_topic,
+    decode_records,
+    make_records,
+    pick_version,
+    produce_confluent,
+    produce_kafka_python,
+    raw_fetch,
+    raw_produce,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -41,14 +56,17 @@ def test_failed_creates_leave_no_topic(module_broker):
     name = unique_topic("rejected")
     assert ADMINS["kafka-python"](bs, name, 1, {"max.message.bytes": "-5x"}) == INVALID_CONFIG
     from kafka.protocol.metadata import MetadataRequest
+
     versions = api_versions(bs)
     v = pick_version(versions, MetadataRequest, cap=12)
     with RawConnection(bs) as conn:
-        req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
-                              allow_auto_topic_creation=False,
-                              include_topic_authorized_operations=False)
+        req = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=name)],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
         resp = conn.request(req, v)
-    assert [t.error_code for t in resp.topics] == [3]    # UNKNOWN_TOPIC_OR_PARTITION
+    assert [t.error_code for t in resp.topics] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
 
 
 @pytest.mark.parametrize("client", list(DESCRIBE_CONFIGS))
@@ -88,7 +106,7 @@ def test_max_message_bytes_boundary(module_broker):
 
     def batch_of_size(size: int) -> bytes:
         value_len = size - len(build_batch([(b"k", b"")]))
-        for _ in range(8):                            # varint lengths: converge in a few steps
+        for _ in range(8):  # varint lengths: converge in a few steps
             batch = build_batch([(b"k", b"v" * value_len)])
             if len(batch) == size:
                 return batch
@@ -106,6 +124,7 @@ def test_message_too_large_topic_limit_clients(module_broker):
     MESSAGE_TOO_LARGE from the broker (their own client-side limits are higher)."""
     from confluent_kafka import KafkaError, KafkaException
     from kafka.errors import MessageSizeTooLargeError
+
     bs = module_broker.bootstrap
     topic = unique_topic("limit")
     create_topic(bs, topic, configs={"max.message.bytes": "20000"})

@@ -42,9 +42,16 @@ class AzProducer:
         from confluent_kafka import Producer
 
         self.az, self.limit = az, limit
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_by_az[az], "client.id": f"app,shoal_az={az}",
-                                  "enable.idempotence": True, "acks": "all", "linger.ms": 50,
-                                  "message.timeout.ms": 120_000})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_by_az[az],
+                "client.id": f"app,shoal_az={az}",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 50,
+                "message.timeout.ms": 120_000,
+            }
+        )
         self.acked: dict[int, list[tuple[int, int]]] = defaultdict(list)
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -60,8 +67,12 @@ class AzProducer:
                 break
             while True:
                 try:
-                    self.producer.produce("az-t", value=f"{self.az}-{seq}:".encode() + VALUE,
-                                          partition=seq % PARTITIONS, on_delivery=self._delivered(seq))
+                    self.producer.produce(
+                        "az-t",
+                        value=f"{self.az}-{seq}:".encode() + VALUE,
+                        partition=seq % PARTITIONS,
+                        on_delivery=self._delivered(seq),
+                    )
                     break
                 except BufferError:
                     self.producer.poll(0.05)
@@ -76,6 +87,7 @@ class AzProducer:
                 self.errors.append(str(err))
             else:
                 self.acked[msg.partition()].append((seq, msg.offset()))
+
         return callback
 
     def count(self) -> int:
@@ -93,8 +105,15 @@ def consume_all(cluster: DevCluster, az: str, ends: dict[int, int], timeout_s: f
     """(offset, value) of every record below `ends`, read through the AZ's own brokers."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_by_az[az], "client.id": f"shoal_az={az}",
-                         "client.rack": az, "group.id": f"reader-{az}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_by_az[az],
+            "client.id": f"shoal_az={az}",
+            "client.rack": az,
+            "group.id": f"reader-{az}",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition("az-t", p, 0) for p in range(PARTITIONS)])
     got: dict[int, list] = defaultdict(list)
     deadline = time.monotonic() + timeout_s
@@ -112,8 +131,11 @@ def metric_value(broker, name: str, label: str = "") -> float:  # type: ignore[n
     """One broker's value of a metric (summed over its label sets), or of one labelled series."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
     prefix = name + (f"{{{label}}}" if label else "")
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(prefix) and (label or line[len(name)] in " {"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix) and (label or line[len(name)] in " {")
+    )
 
 
 def metric_sum(cluster: DevCluster, name: str, label: str = "") -> float:
@@ -126,17 +148,18 @@ def check(cluster: DevCluster, producers: list[AzProducer]) -> None:
     ends = {p: max((o for prod in producers for s, o in prod.acked[p]), default=-1) + 1 for p in range(PARTITIONS)}
     reads = {az: consume_all(cluster, az, ends) for az in AZS}
     for p in range(PARTITIONS):
-        first = reads[AZS[0]][p][:ends[p]]
+        first = reads[AZS[0]][p][: ends[p]]
         assert [o for o, _ in first] == list(range(ends[p])), f"partition {p}: offsets not dense"
         for az in AZS[1:]:
-            assert reads[az][p][:ends[p]] == first, f"partition {p}: {az} read something else"
+            assert reads[az][p][: ends[p]] == first, f"partition {p}: {az} read something else"
         stored = {o: v for o, v in first}
         for producer in producers:
             seqs = [int(v.split(b":")[0].split(b"-")[1]) for _, v in first if v.startswith(producer.az.encode() + b"-")]
             assert seqs == sorted(set(seqs)), f"partition {p}, {producer.az}: duplicated or reordered"
             for seq, offset in producer.acked[p]:
-                assert stored.get(offset, b"").startswith(f"{producer.az}-{seq}:".encode()), \
+                assert stored.get(offset, b"").startswith(f"{producer.az}-{seq}:".encode()), (
                     f"partition {p}: acknowledged {producer.az}-{seq} at {offset} is not there"
+                )
 
 
 def test_az_local_traffic_keeps_record_bytes_in_their_az(az_cluster: DevCluster) -> None:
@@ -161,17 +184,29 @@ def test_stateless_broker_leaves_and_joins_and_a_leader_dies_without_loss(az_clu
     wait_until(lambda: all(p.count() > 500 for p in producers), 60, interval_s=0.2, what="traffic")
     az_cluster.kill(3)  # the stateless broker of az1
     before = {p.az: p.count() for p in producers}
-    wait_until(lambda: all(p.count() > before[p.az] + 500 for p in producers), 120, interval_s=0.2,
-               what="traffic after the stateless broker died")
+    wait_until(
+        lambda: all(p.count() > before[p.az] + 500 for p in producers),
+        120,
+        interval_s=0.2,
+        what="traffic after the stateless broker died",
+    )
     joined_at = time.monotonic()
     az_cluster.restart(3, graceful=False)  # joins again: takes its share of az1's partitions
-    wait_until(lambda: metric_value(az_cluster.broker(3), "shoal_produced_bytes_total") > 0, 120, interval_s=0.5,
-               what="the rejoined stateless broker taking produce")
+    wait_until(
+        lambda: metric_value(az_cluster.broker(3), "shoal_produced_bytes_total") > 0,
+        120,
+        interval_s=0.5,
+        what="the rejoined stateless broker taking produce",
+    )
     print(f"rejoined broker took produce after {time.monotonic() - joined_at:.1f} s")
     az_cluster.kill(1)  # leads partitions 1 and 4
     before = {p.az: p.count() for p in producers}
-    wait_until(lambda: all(p.count() > before[p.az] + 500 for p in producers), 120, interval_s=0.2,
-               what="traffic after a leader died")
+    wait_until(
+        lambda: all(p.count() > before[p.az] + 500 for p in producers),
+        120,
+        interval_s=0.2,
+        what="traffic after a leader died",
+    )
     for producer in producers:
         producer.finish(stop=True)
         assert not producer.errors, f"{producer.az}: {producer.errors[:3]}"

@@ -12,8 +12,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .clients import (RawConnection, api_versions, build_batch, build_legacy_batch, create_topic,
-                      decode_records, pick_version, raw_fetch, raw_produce, unique_topic)
+from .clients import (
+    RawConnection,
+    api_versions,
+    build_batch,
+    build_legacy_batch,
+    create_topic,
+    decode_records,
+    pick_version,
+    raw_fetch,
+    raw_produce,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,14 +33,19 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 INVALID_RECORD = 87
 MESSAGE_TOO_LARGE = 10
 # APIs a mutated frame must not turn into: they could delete or reconfigure the canary topic.
-DESTRUCTIVE_API_KEYS = {20, 21, 33, 44}   # DeleteTopics, DeleteRecords, AlterConfigs, IncrementalAlterConfigs
+DESTRUCTIVE_API_KEYS = {20, 21, 33, 44}  # DeleteTopics, DeleteRecords, AlterConfigs, IncrementalAlterConfigs
 
 # Fresh random inputs on every run (each run explores new ones; a failure prints the falsifying
 # example and a @reproduce_failure blob to replay it, and `--hypothesis-seed=N` replays a run).
 # No example database: CI starts clean anyway, and a local one would replay old failures first.
-HYPOTHESIS = settings(max_examples=50, deadline=None, derandomize=False, database=None, print_blob=True,
-                      suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                             HealthCheck.too_slow])
+HYPOTHESIS = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +75,7 @@ def scratch(module_broker):
 def assert_healthy(broker, canary) -> dict:
     topic, values = canary
     assert broker.running(), "broker process died"
-    versions = api_versions(broker.bootstrap)           # a fresh connection
+    versions = api_versions(broker.bootstrap)  # a fresh connection
     with RawConnection(broker.bootstrap) as conn:
         part = raw_fetch(conn, versions, topic, 0, 0)
     assert part.error_code == 0 and part.high_watermark == len(values)
@@ -98,33 +113,83 @@ def valid_frames(versions: dict, scratch: str) -> list[bytes]:
         req.with_header(correlation_id=7, client_id="mut")
         return bytes(req.encode(version=v, header=True, framed=True))
 
-    out = [enc(ApiVersionsRequest(), 0),
-           enc(ApiVersionsRequest(client_software_name="m", client_software_version="1"), 3)]
+    out = [
+        enc(ApiVersionsRequest(), 0),
+        enc(ApiVersionsRequest(client_software_name="m", client_software_version="1"), 3),
+    ]
     mv = pick_version(versions, MetadataRequest, 12)
     for v in sorted({1, mv}):
-        out.append(enc(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=scratch)],
-                                       allow_auto_topic_creation=False), v))
+        out.append(
+            enc(
+                MetadataRequest(
+                    topics=[MetadataRequest.MetadataRequestTopic(name=scratch)], allow_auto_topic_creation=False
+                ),
+                v,
+            )
+        )
     P = ProduceRequest.TopicProduceData
     pv = pick_version(versions, ProduceRequest, 12)
-    out.append(enc(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
-        P(name=scratch, partition_data=[P.PartitionProduceData(
-            index=0, records=build_batch([(b"k", b"mutant")]))])]), pv))
+    out.append(
+        enc(
+            ProduceRequest(
+                transactional_id=None,
+                acks=-1,
+                timeout_ms=1000,
+                topic_data=[
+                    P(
+                        name=scratch,
+                        partition_data=[P.PartitionProduceData(index=0, records=build_batch([(b"k", b"mutant")]))],
+                    )
+                ],
+            ),
+            pv,
+        )
+    )
     T = FetchRequest.FetchTopic
     fv = pick_version(versions, FetchRequest, 12)
-    out.append(enc(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
-                                isolation_level=0, session_id=0, session_epoch=-1,
-                                topics=[T(topic=scratch, partitions=[T.FetchPartition(
-                                    partition=0, fetch_offset=0, log_start_offset=-1,
-                                    partition_max_bytes=1 << 20)])],
-                                forgotten_topics_data=[], rack_id=""), fv))
+    out.append(
+        enc(
+            FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=[
+                    T(
+                        topic=scratch,
+                        partitions=[
+                            T.FetchPartition(
+                                partition=0, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20
+                            )
+                        ],
+                    )
+                ],
+                forgotten_topics_data=[],
+                rack_id="",
+            ),
+            fv,
+        )
+    )
     L = ListOffsetsRequest.ListOffsetsTopic
     lv = pick_version(versions, ListOffsetsRequest, 9)
-    out.append(enc(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[L(
-        name=scratch, partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), lv))
+    out.append(
+        enc(
+            ListOffsetsRequest(
+                replica_id=-1,
+                isolation_level=0,
+                topics=[L(name=scratch, partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=-1)])],
+            ),
+            lv,
+        )
+    )
     return out
 
 
 # -- random and mutated frames ----------------------------------------------------------
+
 
 @HYPOTHESIS
 @given(payload=st.binary(max_size=400))
@@ -164,7 +229,7 @@ def test_mutated_frames(module_broker, canary, scratch, data):
         elif kind == "insert":
             base[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
         elif kind == "delete":
-            del base[pos:pos + data.draw(st.integers(1, 8))]
+            del base[pos : pos + data.draw(st.integers(1, 8))]
         elif kind == "truncate":
             del base[pos:]
     if len(base) >= 2 and struct.unpack(">h", bytes(base[:2]))[0] in DESTRUCTIVE_API_KEYS:
@@ -175,6 +240,7 @@ def test_mutated_frames(module_broker, canary, scratch, data):
 
 # -- lying length prefixes ----------------------------------------------------------------
 
+
 def test_length_larger_than_data_then_close(module_broker, canary):
     versions = assert_healthy(module_broker, canary)
     real = valid_frames(versions, canary[0])[0][4:]
@@ -183,8 +249,11 @@ def test_length_larger_than_data_then_close(module_broker, canary):
     assert_healthy(module_broker, canary)
 
 
-@pytest.mark.parametrize("length", [-1, -(2 ** 31), 0, 3, 2 ** 31 - 1, 200 * 1024 * 1024],
-                         ids=["minus1", "int32min", "zero", "shorter-than-header", "int32max", "200MiB"])
+@pytest.mark.parametrize(
+    "length",
+    [-1, -(2**31), 0, 3, 2**31 - 1, 200 * 1024 * 1024],
+    ids=["minus1", "int32min", "zero", "shorter-than-header", "int32max", "200MiB"],
+)
 def test_bad_length_prefix_closes_connection(module_broker, canary, length):
     """Negative, empty, too-short-for-a-header and over-the-limit (> socket.request.max.bytes,
     100 MiB by default) frames close that connection; nothing else is affected."""
@@ -201,7 +270,7 @@ def test_huge_length_is_not_buffered(module_broker, canary):
         conn.send_raw(struct.pack(">i", 200 * 1024 * 1024))
         sent = 0
         try:
-            for _ in range(64):                       # at most 64 MiB, then give up
+            for _ in range(64):  # at most 64 MiB, then give up
                 conn.sock.sendall(b"\0" * (1 << 20))
                 sent += 1
         except (BrokenPipeError, ConnectionResetError, socket.timeout, TimeoutError):
@@ -212,10 +281,12 @@ def test_huge_length_is_not_buffered(module_broker, canary):
 
 # -- unknown APIs and versions ------------------------------------------------------------
 
+
 def test_api_versions_unknown_version_answers_v0_unsupported(module_broker, canary):
     """The client-facing contract (CLIENTS.md): UNSUPPORTED_VERSION in the v0 body format,
     listing the supported ranges, so the client can retry lower."""
     from kafka.protocol.metadata import ApiVersionsResponse
+
     versions = assert_healthy(module_broker, canary)
     for v in (versions[18][1] + 1, 99, 32767):
         with RawConnection(module_broker.bootstrap) as conn:
@@ -237,8 +308,9 @@ def test_api_versions_every_version_agrees(module_broker, canary):
         assert api_versions(module_broker.bootstrap, version=v) == versions, f"ApiVersions v{v}"
 
 
-@pytest.mark.parametrize("api_key,version", [(9999, 0), (-1, 0), (32767, 3), (0, 99), (1, 99), (3, 99),
-                                             (3, 32767), (1, -1)])
+@pytest.mark.parametrize(
+    "api_key,version", [(9999, 0), (-1, 0), (32767, 3), (0, 99), (1, 99), (3, 99), (3, 32767), (1, -1)]
+)
 def test_unknown_api_or_version(module_broker, canary, api_key, version):
     """Either UNSUPPORTED_VERSION (answered with the request's correlation id) or a closed
     connection; the broker keeps serving either way."""
@@ -251,12 +323,14 @@ def test_unknown_api_or_version(module_broker, canary, api_key, version):
     if data is not None:
         assert struct.unpack(">i", data[:4])[0] == 77, "answer with a wrong correlation id"
         # The body layout of an unknown API/version is undefined; look for the code anywhere.
-        assert struct.pack(">h", UNSUPPORTED_VERSION) in data[4:], \
+        assert struct.pack(">h", UNSUPPORTED_VERSION) in data[4:], (
             f"answer without UNSUPPORTED_VERSION: {data[:32].hex()}"
+        )
     assert_healthy(module_broker, canary)
 
 
 # -- corrupt batches ----------------------------------------------------------------------
+
 
 def _high_watermark(broker, topic: str, versions) -> int:
     with RawConnection(broker.bootstrap) as conn:
@@ -265,6 +339,7 @@ def _high_watermark(broker, topic: str, versions) -> int:
 
 def _recompute_crc(batch: bytearray) -> bytearray:
     from kafka.record._crc32c import crc as crc32c
+
     struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
     return batch
 
@@ -273,7 +348,7 @@ def test_bad_crc_is_corrupt_message(module_broker, canary, scratch):
     versions = assert_healthy(module_broker, canary)
     hw = _high_watermark(module_broker, scratch, versions)
     batch = bytearray(build_batch([(b"k", b"value-with-bad-crc")]))
-    batch[-1] ^= 0xFF                                 # inside the CRC-covered part
+    batch[-1] ^= 0xFF  # inside the CRC-covered part
     with RawConnection(module_broker.bootstrap) as conn:
         assert raw_produce(conn, versions, scratch, 0, bytes(batch))[0] == CORRUPT_MESSAGE
         # The same connection keeps working.
@@ -293,8 +368,9 @@ def test_old_magic_is_unsupported_for_message_format(module_broker, canary, scra
     assert_healthy(module_broker, canary)
 
 
-@pytest.mark.parametrize("field", ["record_count", "last_offset_delta", "batch_length_short",
-                                   "batch_length_long", "trailing_garbage"])
+@pytest.mark.parametrize(
+    "field", ["record_count", "last_offset_delta", "batch_length_short", "batch_length_long", "trailing_garbage"]
+)
 def test_inconsistent_batch_is_rejected(module_broker, canary, scratch, field):
     """Batches whose header disagrees with their records (CRC recomputed where it covers the
     change) are rejected with CORRUPT_MESSAGE or INVALID_RECORD and not stored."""
@@ -333,10 +409,11 @@ def test_mutated_batches(module_broker, canary, scratch, data):
         batch[pos] = data.draw(st.integers(0, 255).filter(lambda b, p=pos: b != batch[p]), label="byte")
     with RawConnection(module_broker.bootstrap) as conn:
         err, _ = raw_produce(conn, versions, scratch, 0, bytes(batch))
-        assert err in (0, CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                       MESSAGE_TOO_LARGE), f"unexpected error {err}"
+        assert err in (0, CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT, MESSAGE_TOO_LARGE), (
+            f"unexpected error {err}"
+        )
         part = raw_fetch(conn, versions, scratch, 0, 0)
-    stored = decode_records(part.records)             # checks every stored batch's CRC
+    stored = decode_records(part.records)  # checks every stored batch's CRC
     assert [r.offset for r in stored] == list(range(part.high_watermark))
     assert_healthy(module_broker, canary)
 
@@ -345,6 +422,7 @@ def test_scratch_topic_readable_by_client_after_all(module_broker, canary, scrat
     """Runs last in this module: everything the bad-batch tests got accepted is readable by
     kafka-python (which checks CRCs), offsets dense."""
     from .clients import consume_kafka_python
+
     versions = assert_healthy(module_broker, canary)
     hw = _high_watermark(module_broker, scratch, versions)
     got = consume_kafka_python(module_broker.bootstrap, scratch, 1, hw, check_crcs=True)

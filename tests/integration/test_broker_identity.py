@@ -29,10 +29,22 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
         server.stop()
 
 
-def with_etcd(broker_factory, etcd: EtcdServer, name: str, node_id: int, prefix: str,  # type: ignore[no-untyped-def]
-              start: bool = True, *settings: str) -> BrokerProcess:
-    return broker_factory(name, node_id=node_id, rpc_port=free_port(), start=start,
-                          extra_args=["--metadata", etcd.url(prefix), *(a for s in settings for a in ("--set", s))])
+def with_etcd(
+    broker_factory,
+    etcd: EtcdServer,
+    name: str,
+    node_id: int,
+    prefix: str,  # type: ignore[no-untyped-def]
+    start: bool = True,
+    *settings: str,
+) -> BrokerProcess:
+    return broker_factory(
+        name,
+        node_id=node_id,
+        rpc_port=free_port(),
+        start=start,
+        extra_args=["--metadata", etcd.url(prefix), *(a for s in settings for a in ("--set", s))],
+    )
 
 
 def refusal(broker: BrokerProcess) -> str:
@@ -55,8 +67,10 @@ def test_a_second_broker_with_a_live_node_id_exits_2_and_the_first_keeps_serving
     # broker.session.timeout.ms (6 s) + 2 s of waiting, then the refusal
     assert second.wait_exit(30) == 2, second.tail()
     line = refusal(second)
-    assert line.startswith(f"shoal: node.id 1 is registered by another live broker process (127.0.0.1:{first.port}, "
-                           f"rpc 127.0.0.1:{first.rpc_port}, incarnation ")
+    assert line.startswith(
+        f"shoal: node.id 1 is registered by another live broker process (127.0.0.1:{first.port}, "
+        f"rpc 127.0.0.1:{first.rpc_port}, incarnation "
+    )
     assert line.endswith("still after 8.0 s: stop that broker, or give this one a different node.id")
     assert "a second broker with this node.id?" in second.log_path.read_text()
 
@@ -72,9 +86,11 @@ def test_a_data_dir_is_refused_while_in_use_and_to_another_node_id(broker_factor
     second.data_dir = first.data_dir
     second.start(wait=False)
     assert second.wait_exit(30) == 2, second.tail()
-    assert refusal(second) == (f"shoal: data dir {first.data_dir} is in use by another broker process "
-                               f"(pid {first.pid} holds {first.data_dir / '.lock'}): stop it first, or give this "
-                               "broker a data dir of its own")
+    assert refusal(second) == (
+        f"shoal: data dir {first.data_dir} is in use by another broker process "
+        f"(pid {first.pid} holds {first.data_dir / '.lock'}): stop it first, or give this "
+        "broker a data dir of its own"
+    )
     topic = unique_topic("dir-in-use")
     create_topic(first.bootstrap, topic)
     assert produce_kafka_python(first.bootstrap, topic, make_records(5, partitions=1)) == list(range(5))
@@ -85,9 +101,11 @@ def test_a_data_dir_is_refused_while_in_use_and_to_another_node_id(broker_factor
     other_node.start(wait=False)
     assert other_node.wait_exit(30) == 2, other_node.tail()
     identity = Path(first.data_dir) / "identity.json"
-    assert refusal(other_node) == (f"shoal: data dir {first.data_dir} belongs to node.id 0 ({identity}), but this "
-                                   "broker is configured with node.id 7: start it with node.id 0, or give node 7 a "
-                                   "data dir of its own")
+    assert refusal(other_node) == (
+        f"shoal: data dir {first.data_dir} belongs to node.id 0 ({identity}), but this "
+        "broker is configured with node.id 7: start it with node.id 0, or give node 7 a "
+        "data dir of its own"
+    )
     first.start()  # its own node id: accepted, and the data is all there
     assert len(read_all(first.bootstrap, topic, 1)[0]) == 5
 
@@ -122,4 +140,5 @@ def test_a_data_dir_of_another_cluster_is_refused(broker_factory, etcd) -> None:
     assert refusal(broker) == (
         f"shoal: data dir {broker.data_dir} belongs to cluster {cluster_id} ({identity}), but the metadata store "
         f"({other}) holds no cluster (it is new and empty): point metadata at cluster {cluster_id}'s store (or "
-        "restore it), or give this broker an empty data dir to start a new cluster")
+        "restore it), or give this broker an empty data dir to start a new cluster"
+    )

@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from .clients import (CODECS, CONSUMERS, PRODUCERS, RawConnection, api_versions,
-                      assert_same_records, by_partition, create_topic, decode_records,
-                      make_records, raw_fetch, unique_topic)
+from .clients import (
+    CODECS,
+    CONSUMERS,
+    PRODUCERS,
+    RawConnection,
+    api_versions,
+    assert_same_records,
+    by_partition,
+    create_topic,
+    decode_records,
+    make_records,
+    raw_fetch,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +45,11 @@ def test_roundtrip_matrix(module_broker, producer, consumer):
     topic = unique_topic(f"rt-{producer}-{consumer}")
     create_topic(bs, topic, partitions=3, client=producer)
     recs = make_records(45, partitions=3, tag=producer)
-    offsets = PRODUCERS[producer](bs, topic, recs)     # kafka-python: idempotent by default
+    offsets = PRODUCERS[producer](bs, topic, recs)  # kafka-python: idempotent by default
     assert_acked_offsets(recs, offsets)
     got = CONSUMERS[consumer](bs, topic, 3, len(recs))
     assert_same_records(recs, got)
-    for p, consumed in by_partition(got).items():    # consumers see the offsets producers were told
+    for p, consumed in by_partition(got).items():  # consumers see the offsets producers were told
         assert [r.offset for r in consumed] == list(range(len(consumed))), f"partition {p}"
 
 
@@ -61,6 +72,7 @@ def test_compression_codecs(module_broker, producer, codec):
     with RawConnection(bs) as conn:
         data = raw_fetch(conn, versions, topic, 0, 0)
     from kafka.record.memory_records import MemoryRecords
+
     mr = MemoryRecords(bytes(data.records))
     codecs = []
     while (batch := mr.next_batch()) is not None:
@@ -68,5 +80,4 @@ def test_compression_codecs(module_broker, producer, codec):
     # librdkafka sends a batch uncompressed when compressing would not shrink it (a batch
     # of one small record can be cut by timing), so look for the codec in any batch.
     assert CODEC_IDS[codec] in codecs, f"batch codecs {codecs}"
-    assert [r.value for r in decode_records(data.records)] == \
-        [r.value for r in by_partition(recs)[0]]
+    assert [r.value for r in decode_records(data.records)] == [r.value for r in by_partition(recs)[0]]

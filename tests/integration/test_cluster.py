@@ -38,21 +38,28 @@ RF3 = {"min.insync.replicas": "2"}
 def cluster(tmp_path) -> Iterator[DevCluster]:
     require_etcd_binary()
     # Default settings except how often leadership returns to preferred replicas (300 s).
-    with DevCluster(3, 3, work_dir=tmp_path / "cluster",
-                    settings={"leader.imbalance.check.interval.seconds": "1"}) as running:
+    with DevCluster(
+        3, 3, work_dir=tmp_path / "cluster", settings={"leader.imbalance.check.interval.seconds": "1"}
+    ) as running:
         yield running
 
 
 def create(cluster: DevCluster, name: str, replicas: list[list[int]], **configs: str) -> None:
     from kafka.admin import NewTopic
+
     admin = kp_admin(cluster.bootstrap)
     try:
-        admin.create_topics([NewTopic(name, replica_assignments=dict(enumerate(replicas)),
-                                      topic_configs={**RF3, **configs})])
+        admin.create_topics(
+            [NewTopic(name, replica_assignments=dict(enumerate(replicas)), topic_configs={**RF3, **configs})]
+        )
     finally:
         admin.close()
-    wait_until(lambda: all(leader_of(cluster, name, p) == r[0] for p, r in enumerate(replicas)), 60,
-               interval_s=POLL_S, what=f"{name} leaders")
+    wait_until(
+        lambda: all(leader_of(cluster, name, p) == r[0] for p, r in enumerate(replicas)),
+        60,
+        interval_s=POLL_S,
+        what=f"{name} leaders",
+    )
     time.sleep(0.5)  # every broker applies the new states from its watch
 
 
@@ -105,24 +112,38 @@ def test_leader_kill9_fails_over_and_loses_nothing(cluster: DevCluster) -> None:
     topics = {"fo-classic": "false", "fo-diskless": "true"}
     for name, diskless in topics.items():
         create(cluster, name, [[0, 1, 2]], **{"diskless.enable": diskless})
-    producers = {name: BackgroundProducer(cluster.bootstrap, name, 1, enable_idempotence=True, acks="all").start()
-                 for name in topics}
+    producers = {
+        name: BackgroundProducer(cluster.bootstrap, name, 1, enable_idempotence=True, acks="all").start()
+        for name in topics
+    }
     try:
-        wait_until(lambda: all(p.acked_count() > 100 for p in producers.values()), 60, interval_s=POLL_S, what="traffic")
+        wait_until(
+            lambda: all(p.acked_count() > 100 for p in producers.values()), 60, interval_s=POLL_S, what="traffic"
+        )
         _, _, epoch_before = stored_state(cluster, "fo-classic", 0)
         cluster.kill(0)  # leader of both partitions, and the controller (the first broker up)
-        wait_until(lambda: all(leader_of(cluster, t, 0) in (1, 2) for t in topics), 60,
-                   what="new leaders")
+        wait_until(lambda: all(leader_of(cluster, t, 0) in (1, 2) for t in topics), 60, what="new leaders")
         assert stored_state(cluster, "fo-classic", 0)[2] > epoch_before, "leader epoch bumped"
         assert_epoch_end(cluster, "fo-classic", epoch_before, via=leader_of(cluster, "fo-classic", 0))
         acked = {name: p.acked_count() for name, p in producers.items()}
-        wait_until(lambda: all(p.acked_count() > acked[n] + 100 for n, p in producers.items()), 60,
-                   what="producers continue on the new leaders")
+        wait_until(
+            lambda: all(p.acked_count() > acked[n] + 100 for n, p in producers.items()),
+            60,
+            what="producers continue on the new leaders",
+        )
         cluster.restart(0, graceful=False)
-        wait_until(lambda: all(stored_state(cluster, t, 0)[1] == [0, 1, 2] for t in topics), 120,
-                   interval_s=POLL_S, what="restarted broker back in the ISR")
-        wait_until(lambda: all(leader_of(cluster, t, 0) == 0 for t in topics), 45, interval_s=POLL_S,
-                   what="leadership back on the preferred replica")
+        wait_until(
+            lambda: all(stored_state(cluster, t, 0)[1] == [0, 1, 2] for t in topics),
+            120,
+            interval_s=POLL_S,
+            what="restarted broker back in the ISR",
+        )
+        wait_until(
+            lambda: all(leader_of(cluster, t, 0) == 0 for t in topics),
+            45,
+            interval_s=POLL_S,
+            what="leadership back on the preferred replica",
+        )
     finally:
         for producer in producers.values():
             producer.close()
@@ -151,12 +172,17 @@ def test_two_of_three_down_refuses_acks_all_and_resumes_when_one_returns(cluster
 
     for name in ("two-classic", "two-diskless"):
         wait_until(lambda: leader_of(cluster, name, 0) == 0, 60, interval_s=POLL_S, what=f"{name}: broker 0 leads")
-        wait_until(lambda: produce_to_leader(name) == ErrorCode.NOT_ENOUGH_REPLICAS, 60, interval_s=POLL_S,
-                   what=f"{name}: NOT_ENOUGH_REPLICAS with one live replica")
+        wait_until(
+            lambda: produce_to_leader(name) == ErrorCode.NOT_ENOUGH_REPLICAS,
+            60,
+            interval_s=POLL_S,
+            what=f"{name}: NOT_ENOUGH_REPLICAS with one live replica",
+        )
     cluster.restart(1, graceful=False)
     for name in ("two-classic", "two-diskless"):
-        wait_until(lambda: produce_to_leader(name) == ErrorCode.NONE, 120, interval_s=POLL_S,
-                   what=f"{name}: produce resumes")
+        wait_until(
+            lambda: produce_to_leader(name) == ErrorCode.NONE, 120, interval_s=POLL_S, what=f"{name}: produce resumes"
+        )
         got = read_all(cluster.bootstrap, name, 1)[0]
         assert [r.value for r in got[:50]] == [r.value for r in make_records(50, partitions=1, tag=name)]
         assert got[-1].value == b"after"
@@ -171,12 +197,16 @@ def test_etcd_restart_keeps_leadership_and_never_two_leaders(cluster: DevCluster
         assert cluster.etcd is not None
         cluster.etcd.kill()
         before = producer.acked_count()
-        wait_until(lambda: producer.acked_count() > before + 100, 60, interval_s=POLL_S, what="traffic while etcd is down")
+        wait_until(
+            lambda: producer.acked_count() > before + 100, 60, interval_s=POLL_S, what="traffic while etcd is down"
+        )
         time.sleep(8)  # longer than broker.session.timeout.ms: leases would have expired
         assert_one_leader_per_partition(cluster, "etcd-probe")
         cluster.etcd.start()
         before = producer.acked_count()
-        wait_until(lambda: producer.acked_count() > before + 100, 60, interval_s=POLL_S, what="traffic after etcd is back")
+        wait_until(
+            lambda: producer.acked_count() > before + 100, 60, interval_s=POLL_S, what="traffic after etcd is back"
+        )
         time.sleep(8)  # the brokers' sessions recover and the controller looks again
         assert_one_leader_per_partition(cluster, "etcd-probe")
         for node in range(3):
@@ -193,9 +223,18 @@ def assert_epoch_end(cluster: DevCluster, topic: str, old_epoch: int, via: int) 
 
     address = cluster.broker(via).bootstrap
     partition = Request.OffsetForLeaderTopic.OffsetForLeaderPartition
-    request = Request(replica_id=-1, topics=[Request.OffsetForLeaderTopic(topic=topic, partitions=[
-        partition(partition=0, current_leader_epoch=-1, leader_epoch=old_epoch),
-        partition(partition=9, current_leader_epoch=-1, leader_epoch=old_epoch)])])
+    request = Request(
+        replica_id=-1,
+        topics=[
+            Request.OffsetForLeaderTopic(
+                topic=topic,
+                partitions=[
+                    partition(partition=0, current_leader_epoch=-1, leader_epoch=old_epoch),
+                    partition(partition=9, current_leader_epoch=-1, leader_epoch=old_epoch),
+                ],
+            )
+        ],
+    )
     with RawConnection(address) as conn:
         answer = conn.request(request, 4, timeout_s=10).topics[0].partitions
     ended, unknown = answer
@@ -210,8 +249,9 @@ def assert_one_leader_per_partition(cluster: DevCluster, topic: str) -> None:
         for node in range(3):
             address = cluster.broker(node).bootstrap
             with RawConnection(address) as conn:
-                code, _ = raw_produce(conn, api_versions(address), topic, partition,
-                                      build_batch([(None, b"probe")]), acks=1)
+                code, _ = raw_produce(
+                    conn, api_versions(address), topic, partition, build_batch([(None, b"probe")]), acks=1
+                )
             if code == ErrorCode.NONE:
                 accepted.append(node)
             else:
@@ -224,8 +264,13 @@ def test_group_offsets_survive_the_loss_of_their_coordinator(cluster: DevCluster
 
     create(cluster, "grp", [[0, 1, 2], [1, 2, 0]], **{"diskless.enable": "true"})
     produce_kafka_python(cluster.bootstrap, "grp", make_records(40, partitions=2, tag="grp"), acks="all")
-    consumer = KafkaConsumer("grp", bootstrap_servers=cluster.bootstrap, group_id="survivors",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        "grp",
+        bootstrap_servers=cluster.bootstrap,
+        group_id="survivors",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     try:
         seen = 0
         deadline = time.monotonic() + 30
@@ -242,8 +287,12 @@ def test_group_offsets_survive_the_loss_of_their_coordinator(cluster: DevCluster
     survivor = next(n for n in range(3) if n != coordinator)
 
     def committed() -> dict[int, int | None]:
-        reader = KafkaConsumer(bootstrap_servers=cluster.broker(survivor).bootstrap, group_id="survivors",
-                               enable_auto_commit=False, request_timeout_ms=5000)
+        reader = KafkaConsumer(
+            bootstrap_servers=cluster.broker(survivor).bootstrap,
+            group_id="survivors",
+            enable_auto_commit=False,
+            request_timeout_ms=5000,
+        )
         try:
             return {p: reader.committed(TopicPartition("grp", p)) for p in (0, 1)}
         except Exception:  # noqa: BLE001 - NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until it moves
@@ -251,8 +300,9 @@ def test_group_offsets_survive_the_loss_of_their_coordinator(cluster: DevCluster
         finally:
             reader.close()
 
-    wait_until(lambda: committed() == {0: 20, 1: 20}, 60, interval_s=POLL_S,
-               what="committed offsets from the new coordinator")
+    wait_until(
+        lambda: committed() == {0: 20, 1: 20}, 60, interval_s=POLL_S, what="committed offsets from the new coordinator"
+    )
 
 
 def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster) -> None:
@@ -287,18 +337,30 @@ def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster
         admin.create_topics([NewTopic("admin-t", 2, 3)])
     finally:
         admin.close()
-    wait_until(lambda: all(len(partitions_on(n) or ()) == 2 for n in range(3)), 60, interval_s=POLL_S,
-               what="the topic on every broker")
+    wait_until(
+        lambda: all(len(partitions_on(n) or ()) == 2 for n in range(3)),
+        60,
+        interval_s=POLL_S,
+        what="the topic on every broker",
+    )
     admin = admin_of(1)
     try:
         admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "admin-t", configs={"retention.ms": "12345"})])
         admin.create_partitions({"admin-t": NewPartitions(total_count=4)})
     finally:
         admin.close()
-    wait_until(lambda: all(retention_on(n) == "12345" for n in range(3)), 60, interval_s=POLL_S,
-               what="the config change on every broker")
-    wait_until(lambda: all(len(partitions_on(n) or ()) == 4 for n in range(3)), 60, interval_s=POLL_S,
-               what="four partitions with leaders on every broker")
+    wait_until(
+        lambda: all(retention_on(n) == "12345" for n in range(3)),
+        60,
+        interval_s=POLL_S,
+        what="the config change on every broker",
+    )
+    wait_until(
+        lambda: all(len(partitions_on(n) or ()) == 4 for n in range(3)),
+        60,
+        interval_s=POLL_S,
+        what="four partitions with leaders on every broker",
+    )
     hosted = [cluster.broker(n).partition_dir("admin-t", p) for n in range(3) for p in range(4)]
     assert all(d.exists() for d in hosted), "RF=3 over 3 brokers: every broker hosts every partition"
     admin = admin_of(2)
@@ -306,7 +368,15 @@ def test_topic_changes_made_on_one_broker_reach_every_broker(cluster: DevCluster
         admin.delete_topics(["admin-t"])
     finally:
         admin.close()
-    wait_until(lambda: all(partitions_on(n) == [] for n in range(3)), 60, interval_s=POLL_S,
-               what="the topic gone from every broker")
-    wait_until(lambda: not any(d.exists() for d in hosted), 60, interval_s=POLL_S,
-               what="partition directories deleted on every broker")
+    wait_until(
+        lambda: all(partitions_on(n) == [] for n in range(3)),
+        60,
+        interval_s=POLL_S,
+        what="the topic gone from every broker",
+    )
+    wait_until(
+        lambda: not any(d.exists() for d in hosted),
+        60,
+        interval_s=POLL_S,
+        what="partition directories deleted on every broker",
+    )

@@ -55,8 +55,7 @@ def describe_cluster(bootstrap: str) -> tuple[list[str], dict[int, str | None]]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     require_etcd_binary()
-    with DevCluster(4, 3, work_dir=tmp_path_factory.mktemp("dev-cluster"),
-                    settings={"num.partitions": "2"}) as running:
+    with DevCluster(4, 3, work_dir=tmp_path_factory.mktemp("dev-cluster"), settings={"num.partitions": "2"}) as running:
         yield running
 
 
@@ -64,8 +63,14 @@ def test_brokers_are_ready_round_robin_over_the_azs(cluster: DevCluster) -> None
     assert [b.node_id for b in cluster.brokers] == [0, 1, 2, 3]
     assert [b.az for b in cluster.brokers] == ["az1", "az2", "az3", "az1"]
     assert all(b.running() and b.ready() for b in cluster.brokers)
-    assert len({b.port for b in cluster.brokers} | {b.rpc_port for b in cluster.brokers}
-               | {b.metrics_port for b in cluster.brokers}) == 12
+    assert (
+        len(
+            {b.port for b in cluster.brokers}
+            | {b.rpc_port for b in cluster.brokers}
+            | {b.metrics_port for b in cluster.brokers}
+        )
+        == 12
+    )
     by_port = {b.port: b for b in cluster.brokers}
     assert cluster.bootstrap_by_az == {
         "az1": f"{cluster.brokers[0].bootstrap},{cluster.brokers[3].bootstrap}",
@@ -116,6 +121,7 @@ def test_stop_ends_every_child(cluster: DevCluster) -> None:
 
 # -- the command -----------------------------------------------------------------------------
 
+
 def read_until_ready(process: subprocess.Popen[bytes], timeout_s: float) -> str:
     """The command's stdout up to its "Ready." line (AssertionError if it exits or stays
     silent). Reads the pipe's bytes directly: a buffered reader would hide lines from select."""
@@ -134,13 +140,17 @@ def read_until_ready(process: subprocess.Popen[bytes], timeout_s: float) -> str:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_command_prints_bootstrap_addresses_and_a_signal_stops_everything(
-        tmp_path: Path, signum: signal.Signals) -> None:
+    tmp_path: Path, signum: signal.Signals
+) -> None:
     require_etcd_binary()
     work_dir = tmp_path / "cluster"
     stderr_path = tmp_path / "stderr.txt"
     with open(stderr_path, "w") as stderr:
-        process = subprocess.Popen([*broker_command(), "dev", "cluster", "--brokers", "3", "--azs", "2",
-                                    "--dir", str(work_dir)], stdout=subprocess.PIPE, stderr=stderr)
+        process = subprocess.Popen(
+            [*broker_command(), "dev", "cluster", "--brokers", "3", "--azs", "2", "--dir", str(work_dir)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
     pids: list[int] = []
     try:
         output = read_until_ready(process, STARTUP_TIMEOUT_S)
@@ -159,7 +169,7 @@ def test_command_prints_bootstrap_addresses_and_a_signal_stops_everything(
             describe_cluster(servers)
 
         process.send_signal(signum)
-        assert process.wait(timeout=SHUTDOWN_TIMEOUT_S) == 0   # a bound: raises if it takes longer
+        assert process.wait(timeout=SHUTDOWN_TIMEOUT_S) == 0  # a bound: raises if it takes longer
         wait_until(lambda: not any(alive(pid) for pid in pids), 5, what="every child to be gone")
         assert (work_dir / "broker-0" / "broker.log").exists()  # --dir is kept
         assert "stopped" in stderr_path.read_text()
@@ -177,20 +187,24 @@ def test_command_prints_bootstrap_addresses_and_a_signal_stops_everything(
 
 
 def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*broker_command(), "dev", "cluster", *args], capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [*broker_command(), "dev", "cluster", *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
-@pytest.mark.parametrize("args,says", [
-    (["--brokers", "0"], "--brokers must be between 1 and"),
-    (["--azs", "0"], "--azs must be between 1 and --brokers (3)"),
-    (["--brokers", "2", "--azs", "3"], "--azs must be between 1 and --brokers (2)"),
-    (["--brokers", "two"], "invalid int value"),
-    (["--base-port", "65500"], "--base-port must be between 1024 and"),
-    (["--set", "num.partitions=zero"], "num.partitions"),
-    (["--set", "no.such.key=1"], "no.such.key"),
-    (["--set", "num.partitions"], "expects KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--brokers", "0"], "--brokers must be between 1 and"),
+        (["--azs", "0"], "--azs must be between 1 and --brokers (3)"),
+        (["--brokers", "2", "--azs", "3"], "--azs must be between 1 and --brokers (2)"),
+        (["--brokers", "two"], "invalid int value"),
+        (["--base-port", "65500"], "--base-port must be between 1024 and"),
+        (["--set", "num.partitions=zero"], "num.partitions"),
+        (["--set", "no.such.key=1"], "no.such.key"),
+        (["--set", "num.partitions"], "expects KEY=VALUE"),
+    ],
+)
 def test_bad_usage_exits_2(args: list[str], says: str) -> None:
     result = run_command(*args)
     assert result.returncode == 2, result
@@ -207,8 +221,11 @@ def test_missing_etcd_and_moto_are_named_with_the_fix(tmp_path: Path) -> None:
     shadow = tmp_path / "shadow"
     (shadow / "moto").mkdir(parents=True)
     (shadow / "moto" / "__init__.py").write_text("")  # a moto without its server
-    env = {**os.environ, "SHOAL_ETCD_BIN": str(tmp_path / "no-etcd"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "SHOAL_ETCD_BIN": str(tmp_path / "no-etcd"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")])),
+    }
     result = run_command("--brokers", "1", env=env)
     assert result.returncode == 2, result
     assert ".ci/install-etcd" in result.stderr and "make install" in result.stderr

@@ -38,10 +38,24 @@ import pytest
 
 from tests.s3proxy import configure_s3proxy, running_s3proxy, s3proxy_stats
 
-from .clients import (BackgroundProducer, RawConnection, Rec, api_versions, assert_same_records,
-                      check_sequences, consume_confluent, create_topic, describe_topic_configs_confluent,
-                      describe_topic_configs_kafka_python, kp_admin, make_records,
-                      produce_kafka_python, raw_fetch, read_all, unique_topic)
+from .clients import (
+    BackgroundProducer,
+    RawConnection,
+    Rec,
+    api_versions,
+    assert_same_records,
+    check_sequences,
+    consume_confluent,
+    create_topic,
+    describe_topic_configs_confluent,
+    describe_topic_configs_kafka_python,
+    kp_admin,
+    make_records,
+    produce_kafka_python,
+    raw_fetch,
+    read_all,
+    unique_topic,
+)
 from .groups_support import MemberFactory
 from .harness import wait_until
 from .test_groups import check_resumes_at, committed_offsets, produce
@@ -56,18 +70,24 @@ INVALID_CONFIG = 40
 
 # -- fixtures and helpers ------------------------------------------------------------------
 
+
 @pytest.fixture
 def s3_broker(broker_factory, moto_server):
     """make(name="broker", endpoint_port=None, extra=[...]) -> a started broker whose object
     store is the moto bucket under a fresh prefix (through `endpoint_port`, e.g. a proxy, if
     given). `aws_env` (a dependency of moto_server) puts the fake credentials in os.environ,
     which BrokerProcess passes to the broker."""
+
     def make(name: str = "broker", *, endpoint_port: int | None = None, extra: list[str] = (), **kwargs):
         prefix = unique_topic("it")
-        url = (f"s3://{moto_server.bucket}/{prefix}?endpoint=http://127.0.0.1:"
-               f"{endpoint_port or moto_server.port}&region=us-east-1")
-        return broker_factory(name, extra_args=["--object-store", url, "--set", f"wal.linger.ms={LINGER_MS}",
-                                                *extra], **kwargs)
+        url = (
+            f"s3://{moto_server.bucket}/{prefix}?endpoint=http://127.0.0.1:"
+            f"{endpoint_port or moto_server.port}&region=us-east-1"
+        )
+        return broker_factory(
+            name, extra_args=["--object-store", url, "--set", f"wal.linger.ms={LINGER_MS}", *extra], **kwargs
+        )
+
     return make
 
 
@@ -81,10 +101,14 @@ def members(tmp_path):
 def scrape(broker) -> dict[tuple[str, tuple], float]:
     """The broker's /metrics: {(sample name, sorted label items): value}."""
     from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def metric(snapshot, name: str, **labels) -> float:
@@ -114,6 +138,7 @@ def produce_errors(snapshot) -> dict[str, float]:
 
 # -- paced idempotent producers of the three clients ---------------------------------------------
 
+
 @dataclass
 class Planned:
     topic: str
@@ -123,6 +148,7 @@ class Planned:
 @dataclass
 class ProduceRun:
     """What one producer sent (a prefix of its plan, in order) and how each send ended."""
+
     client: str
     plan: list[Planned]
     sent: int = 0
@@ -132,7 +158,7 @@ class ProduceRun:
 
     def expected(self) -> dict[tuple[str, int], list[Rec]]:
         out: dict[tuple[str, int], list[Rec]] = defaultdict(list)
-        for item in self.plan[:self.sent]:
+        for item in self.plan[: self.sent]:
             out[(item.topic, item.rec.partition)].append(item.rec)
         return out
 
@@ -144,8 +170,13 @@ def plan_records(client: str, topics: list[str], partitions: int, n: int, base_t
     for i in range(n):
         value = f"{client}|{i:08d}|".encode() + b"v" * (i % 40)
         headers = (("producer", client.encode()), ("seq", str(i).encode()))
-        rec = Rec(partition=(i // len(topics)) % partitions, key=f"{client}-key-{i % 7}".encode(), value=value,
-                  headers=headers, timestamp=base_ts + i)
+        rec = Rec(
+            partition=(i // len(topics)) % partitions,
+            key=f"{client}-key-{i % 7}".encode(),
+            value=value,
+            headers=headers,
+            timestamp=base_ts + i,
+        )
         out.append(Planned(topics[i % len(topics)], rec))
     return out
 
@@ -165,15 +196,31 @@ def _paced(plan: list[Planned], duration_s: float, rate: float):
 
 def _run_kafka_python(run: ProduceRun, bootstrap: str, duration_s: float, rate: float, timeout_s: float) -> None:
     from kafka import KafkaProducer
-    producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
-                             request_timeout_ms=15_000, delivery_timeout_ms=int(timeout_s * 1000),
-                             max_block_ms=15_000, client_id="shoal-it-dl-kp")
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+        request_timeout_ms=15_000,
+        delivery_timeout_ms=int(timeout_s * 1000),
+        max_block_ms=15_000,
+        client_id="shoal-it-dl-kp",
+    )
     futures = []
     try:
         for item in _paced(run.plan, duration_s, rate):
             r = item.rec
-            futures.append(producer.send(item.topic, value=r.value, key=r.key, partition=r.partition,
-                                         headers=list(r.headers), timestamp_ms=r.timestamp))
+            futures.append(
+                producer.send(
+                    item.topic,
+                    value=r.value,
+                    key=r.key,
+                    partition=r.partition,
+                    headers=list(r.headers),
+                    timestamp_ms=r.timestamp,
+                )
+            )
         run.sent = len(futures)
         producer.flush(timeout=timeout_s)
         for f in futures:
@@ -188,14 +235,23 @@ def _run_kafka_python(run: ProduceRun, bootstrap: str, duration_s: float, rate: 
 
 def _run_confluent(run: ProduceRun, bootstrap: str, duration_s: float, rate: float, timeout_s: float) -> None:
     from confluent_kafka import Producer
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": int(timeout_s * 1000),
-                         "client.id": "shoal-it-dl-ck"})
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": int(timeout_s * 1000),
+            "client.id": "shoal-it-dl-ck",
+        }
+    )
     results: dict[int, object] = {}
 
     def on_delivery(i):
         def cb(err, msg):
             results[i] = err if err is not None else msg.offset()
+
         return cb
 
     count = 0
@@ -203,8 +259,15 @@ def _run_confluent(run: ProduceRun, bootstrap: str, duration_s: float, rate: flo
         r = item.rec
         while True:
             try:
-                producer.produce(item.topic, value=r.value, key=r.key, partition=r.partition,
-                                 timestamp=r.timestamp, headers=list(r.headers), on_delivery=on_delivery(count))
+                producer.produce(
+                    item.topic,
+                    value=r.value,
+                    key=r.key,
+                    partition=r.partition,
+                    timestamp=r.timestamp,
+                    headers=list(r.headers),
+                    on_delivery=on_delivery(count),
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -228,8 +291,14 @@ def _run_aiokafka(run: ProduceRun, bootstrap: str, duration_s: float, rate: floa
     from aiokafka import AIOKafkaProducer
 
     async def main():
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
-                                    request_timeout_ms=15_000, client_id="shoal-it-dl-ak")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=5,
+            request_timeout_ms=15_000,
+            client_id="shoal-it-dl-ak",
+        )
         await producer.start()
         futures = []
         try:
@@ -241,8 +310,16 @@ def _run_aiokafka(run: ProduceRun, bootstrap: str, duration_s: float, rate: floa
                 if i / rate - elapsed > 0.005:
                     await asyncio.sleep(i / rate - elapsed)
                 r = item.rec
-                futures.append(await producer.send(item.topic, value=r.value, key=r.key, partition=r.partition,
-                                                   timestamp_ms=r.timestamp, headers=list(r.headers)))
+                futures.append(
+                    await producer.send(
+                        item.topic,
+                        value=r.value,
+                        key=r.key,
+                        partition=r.partition,
+                        timestamp_ms=r.timestamp,
+                        headers=list(r.headers),
+                    )
+                )
             run.sent = len(futures)
             for res in await asyncio.gather(*futures, return_exceptions=True):
                 ok = not isinstance(res, BaseException)
@@ -258,8 +335,16 @@ def _run_aiokafka(run: ProduceRun, bootstrap: str, duration_s: float, rate: floa
 RUNNERS = {"kafka-python": _run_kafka_python, "confluent": _run_confluent, "aiokafka": _run_aiokafka}
 
 
-def produce_concurrently(bootstrap: str, clients: list[str], topics: list[str], *, duration_s: float,
-                         rate: float, max_records: int, timeout_s: float = 90) -> list[ProduceRun]:
+def produce_concurrently(
+    bootstrap: str,
+    clients: list[str],
+    topics: list[str],
+    *,
+    duration_s: float,
+    rate: float,
+    max_records: int,
+    timeout_s: float = 90,
+) -> list[ProduceRun]:
     """One thread per client, each producing its own plan at `rate` records/s for `duration_s`
     (at most `max_records`), then waiting for every answer (at most `timeout_s`)."""
     base_ts = int(time.time() * 1000) - 600_000
@@ -293,7 +378,7 @@ def check_runs(bootstrap: str, topics: list[str], runs: list[ProduceRun]) -> int
         offsets = iter(run.offsets)
         for (topic, p), recs in run.expected().items():
             expected[(topic, p)][run.client] = recs
-        for item in run.plan[:run.sent]:
+        for item in run.plan[: run.sent]:
             off = next(offsets)
             if off is not None:
                 acked_at[(item.topic, item.rec.partition)][off] = item.rec.value
@@ -312,9 +397,10 @@ def check_runs(bootstrap: str, topics: list[str], runs: list[ProduceRun]) -> int
             for client, sent in want.items():
                 read = per_producer[client]
                 seqs = [int(dict(r.headers)["seq"]) for r in read]
-                assert len(read) == len(sent), \
-                    f"{topic}[{p}] {client}: read {len(read)} records, sent {len(sent)} " \
+                assert len(read) == len(sent), (
+                    f"{topic}[{p}] {client}: read {len(read)} records, sent {len(sent)} "
                     f"(duplicates: {len(seqs) - len(set(seqs))})"
+                )
                 for i, (s, r) in enumerate(zip(sent, read)):
                     assert r.content() == s.content(), f"{topic}[{p}] {client} #{i}: got {r}, sent {s}"
             stored = {r.offset: r.value for r in recs}
@@ -326,12 +412,13 @@ def check_runs(bootstrap: str, topics: list[str], runs: list[ProduceRun]) -> int
 def count_batches(bootstrap: str, topic: str, partitions: int) -> int:
     """Record batches stored in the topic (each one a coordinates entry of a diskless topic)."""
     from kafka.record.memory_records import MemoryRecords
+
     versions = api_versions(bootstrap)
     total = 0
     with RawConnection(bootstrap, timeout_s=20) as conn:
         for p in range(partitions):
             offset = 0
-            for _ in range(10_000):                          # bounded: each round moves forward
+            for _ in range(10_000):  # bounded: each round moves forward
                 data = raw_fetch(conn, versions, topic, p, offset, max_bytes=1 << 20)
                 assert data.error_code == 0, f"{topic}[{p}] fetch error {data.error_code}"
                 records = MemoryRecords(bytes(data.records or b""))
@@ -345,11 +432,11 @@ def count_batches(bootstrap: str, topic: str, partitions: int) -> int:
 
 
 def segment_bytes(broker, topic: str, partitions: int) -> int:
-    return sum(f.stat().st_size for p in range(partitions)
-               for f in broker.partition_dir(topic, p).glob("*.log"))
+    return sum(f.stat().st_size for p in range(partitions) for f in broker.partition_dir(topic, p).glob("*.log"))
 
 
 # -- a. three clients, shared WAL objects ------------------------------------------------------
+
 
 def test_three_clients_concurrently_share_wal_objects(s3_broker):
     """confluent-kafka, kafka-python and aiokafka produce at once (idempotent, acks=all, paced)
@@ -365,8 +452,9 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
     before = scrape(broker)
     # Each client sends its whole plan (about 7.5 s at 800 records/s; the 60 s cap is only a
     # bound on a stuck run): the traffic is fixed, whatever the machine's speed.
-    runs = produce_concurrently(bs, ["confluent", "kafka-python", "aiokafka"], topics,
-                                duration_s=60, rate=800, max_records=SHARED_PLAN)
+    runs = produce_concurrently(
+        bs, ["confluent", "kafka-python", "aiokafka"], topics, duration_s=60, rate=800, max_records=SHARED_PLAN
+    )
     after = scrape(broker)
     for run in runs:
         assert not run.errors, f"{run.client}: {len(run.errors)} failed sends, e.g. {run.errors[:3]}"
@@ -377,16 +465,18 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
     puts = store_requests(after, UPLOAD, "ok") - store_requests(before, UPLOAD, "ok")
     seals = delta(before, after, "shoal_wal_seals_total")
     linger_seals = delta(before, after, "shoal_wal_seals_total", reason="linger")
-    forced_seals = seals - linger_seals                       # size or backpressure
+    forced_seals = seals - linger_seals  # size or backpressure
     committed = delta(before, after, "shoal_wal_objects_total", outcome="committed")
     produce_requests = delta(before, after, "shoal_requests_total", api_key="0")
     batches = sum(count_batches(bs, t, PARTITIONS) for t in topics)
-    summary = (f"{total} records in {batches} batches, {produce_requests:.0f} produce requests, "
-               f"{puts:.0f} PUTs, seals {linger_seals:.0f} linger + {forced_seals:.0f} forced, "
-               f"in {max(r.elapsed_s for r in runs):.1f} s")
+    summary = (
+        f"{total} records in {batches} batches, {produce_requests:.0f} produce requests, "
+        f"{puts:.0f} PUTs, seals {linger_seals:.0f} linger + {forced_seals:.0f} forced, "
+        f"in {max(r.elapsed_s for r in runs):.1f} s"
+    )
     print(summary)
     assert store_requests(after, UPLOAD, "retry") - store_requests(before, UPLOAD, "retry") == 0, summary
-    assert puts <= seals and puts == committed, summary      # one PUT per sealed buffer
+    assert puts <= seals and puts == committed, summary  # one PUT per sealed buffer
     # Objects are shared: many produce requests (of all three clients) and batches per PUT.
     assert puts * 3 < produce_requests and puts * 10 < batches, f"objects are not shared: {summary}"
     # The record bytes went to S3; the partition logs hold headers and coordinates only.
@@ -398,6 +488,7 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
 
 
 # -- b. consumer group offsets -------------------------------------------------------------------
+
 
 def test_group_offsets_resume_on_diskless_topic(s3_broker, members):
     """Committed offsets resume exactly on a diskless topic: a member reads and commits 40
@@ -424,7 +515,7 @@ def test_group_offsets_resume_on_diskless_topic(s3_broker, members):
     nxt = check_resumes_at(second, nxt)
     assert committed_offsets(bs, group, topic) == nxt
 
-    broker.restart(graceful=False)                          # kill -9; same data dir and bucket prefix
+    broker.restart(graceful=False)  # kill -9; same data dir and bucket prefix
     assert committed_offsets(bs, group, topic) == nxt, "committed offsets lost by a broker crash"
     produced.update(produce(bs, topic, 30, partitions, tag="dl-2"))
 
@@ -441,12 +532,17 @@ def test_group_offsets_resume_on_diskless_topic(s3_broker, members):
 
 # -- c. the diskless.enable config -----------------------------------------------------------------
 
+
 def _alter(bootstrap: str, topic: str, configs: dict, incremental: bool) -> str:
     from kafka.admin import ConfigResource, ConfigResourceType
+
     admin = kp_admin(bootstrap)
     try:
-        res = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)],
-                                  raise_on_unknown=False, incremental=incremental)
+        res = admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)],
+            raise_on_unknown=False,
+            incremental=incremental,
+        )
         return res["topic"][topic]
     finally:
         admin.close()
@@ -455,9 +551,13 @@ def _alter(bootstrap: str, topic: str, configs: dict, incremental: bool) -> str:
 def _incremental_confluent(bootstrap: str, topic: str, name: str, value: str) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)],
+    )
     (future,) = admin.incremental_alter_configs([resource], request_timeout=15).values()
     try:
         future.result(timeout=30)
@@ -482,8 +582,11 @@ def test_diskless_enable_config(s3_broker):
     assert _alter(bs, topic, {"retention.ms": "7200000"}, incremental=True) == "OK"
     assert _incremental_confluent(bs, topic, "retention.bytes", "1073741824") == 0
     configs = describe_topic_configs_kafka_python(bs, topic)
-    assert (configs["diskless.enable"], configs["retention.ms"], configs["retention.bytes"]) == \
-        ("true", "7200000", "1073741824")
+    assert (configs["diskless.enable"], configs["retention.ms"], configs["retention.bytes"]) == (
+        "true",
+        "7200000",
+        "1073741824",
+    )
 
     # A topic created with diskless.enable=false is classic: it works and causes no PUT.
     classic = unique_topic("dl-cfg-classic")
@@ -506,6 +609,7 @@ def test_diskless_enable_config(s3_broker):
 
 # -- d. kill -9 under load ---------------------------------------------------------------------
 
+
 def test_kill9_under_idempotent_produce(s3_broker):
     """Acknowledged records survive kill -9 of an S3-backed broker: records with keys and
     headers acknowledged before, and a steady idempotent producer acknowledged around the crash.
@@ -525,7 +629,7 @@ def test_kill9_under_idempotent_produce(s3_broker):
         broker.kill()
         producer.halt()
         broker.start()
-        producer.close(30)                                   # pending batches retried after the restart
+        producer.close(30)  # pending batches retried after the restart
     finally:
         producer.close(0)
     assert producer.close_error is None, producer.close_error
@@ -540,18 +644,24 @@ def test_kill9_under_idempotent_produce(s3_broker):
 
 # -- e. faults between the broker and S3 ------------------------------------------------------------
 
+
 @pytest.fixture
 def proxied_s3_broker(s3_broker, moto_server, tmp_path):
     """make(extra=[], **faults) -> (proxy port, broker): a broker whose S3 endpoint is
     tests/s3proxy.py (faults on PUTs only, seeded) in front of moto. The broker is stopped
     before the proxy."""
     with contextlib.ExitStack() as stack:
+
         def make(extra: list[str] = (), **faults):
-            port = stack.enter_context(running_s3proxy(moto_server.port, log_path=tmp_path / "s3proxy.log",
-                                                       fail_methods="PUT", seed=7, **faults))
+            port = stack.enter_context(
+                running_s3proxy(
+                    moto_server.port, log_path=tmp_path / "s3proxy.log", fail_methods="PUT", seed=7, **faults
+                )
+            )
             broker = s3_broker(endpoint_port=port, extra=list(extra))
             stack.callback(broker.stop)
             return port, broker
+
         yield make
 
 
@@ -564,16 +674,17 @@ def test_produce_through_s3_faults(proxied_s3_broker):
     bs = broker.bootstrap
     topics = [unique_topic("dl-flt")]
     create_topic(bs, topics[0], partitions=PARTITIONS)
-    runs = produce_concurrently(bs, ["confluent", "kafka-python"], topics, duration_s=8, rate=600,
-                                max_records=6000)
+    runs = produce_concurrently(bs, ["confluent", "kafka-python"], topics, duration_s=8, rate=600, max_records=6000)
     for run in runs:
         assert not run.errors, f"{run.client}: {len(run.errors)} failed sends, e.g. {run.errors[:3]}"
     assert check_runs(bs, topics, runs) == sum(r.sent for r in runs)
     stats = s3proxy_stats(port)
     after = scrape(broker)
     failed_objects = metric(after, "shoal_wal_objects_total", outcome="upload_failed")
-    print(f"proxy: {stats}\nput retries {store_requests(after, 'put', 'retry'):.0f}, produce errors "
-          f"{produce_errors(after)}, upload_failed {failed_objects:.0f}")
+    print(
+        f"proxy: {stats}\nput retries {store_requests(after, 'put', 'retry'):.0f}, produce errors "
+        f"{produce_errors(after)}, upload_failed {failed_objects:.0f}"
+    )
     assert stats["failed"].get("PUT", 0) > 0 and stats["lost"].get("PUT", 0) > 0, stats
     assert store_requests(after, UPLOAD, "retry") > 0, "the broker never retried a PUT"
 
@@ -586,16 +697,18 @@ def test_produce_through_s3_faults(proxied_s3_broker):
     assert store_requests(scrape(broker), "get", "retry") > 0
 
 
-def _produce_through_window(broker, port: int, topics: list[str], start_window, end_window,
-                            window_until) -> list[ProduceRun]:
+def _produce_through_window(
+    broker, port: int, topics: list[str], start_window, end_window, window_until
+) -> list[ProduceRun]:
     """Two idempotent producers (confluent, kafka-python) for 9 s; after the first uploads,
     `start_window()`, wait for `window_until()` (bounded), one more second, `end_window()`."""
     outcome: dict[str, object] = {}
 
     def background() -> None:
         try:
-            outcome["runs"] = produce_concurrently(broker.bootstrap, ["confluent", "kafka-python"], topics,
-                                                   duration_s=9, rate=400, max_records=4000)
+            outcome["runs"] = produce_concurrently(
+                broker.bootstrap, ["confluent", "kafka-python"], topics, duration_s=9, rate=400, max_records=4000
+            )
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             outcome["error"] = exc
 
@@ -627,13 +740,19 @@ def test_upload_failure_beyond_retries(proxied_s3_broker):
     topics = [unique_topic("dl-out")]
     create_topic(bs, topics[0], partitions=PARTITIONS)
     runs = _produce_through_window(
-        broker, port, topics, lambda: configure_s3proxy(port, fail_fraction=1.0),
+        broker,
+        port,
+        topics,
+        lambda: configure_s3proxy(port, fail_fraction=1.0),
         lambda: configure_s3proxy(port, fail_fraction=0.0),
-        lambda: metric(scrape(broker), "shoal_wal_objects_total", outcome="upload_failed") >= 2)
+        lambda: metric(scrape(broker), "shoal_wal_objects_total", outcome="upload_failed") >= 2,
+    )
     assert check_runs(bs, topics, runs) == sum(r.sent for r in runs)
     after = scrape(broker)
-    print(f"proxy: {s3proxy_stats(port)}\nproduce errors {produce_errors(after)}, upload_failed "
-          f"{metric(after, 'shoal_wal_objects_total', outcome='upload_failed'):.0f}")
+    print(
+        f"proxy: {s3proxy_stats(port)}\nproduce errors {produce_errors(after)}, upload_failed "
+        f"{metric(after, 'shoal_wal_objects_total', outcome='upload_failed'):.0f}"
+    )
     assert metric(after, "shoal_produce_errors_total", error="KAFKA_STORAGE_ERROR") > 0
     assert store_requests(after, UPLOAD, "error") > 0
     assert s3proxy_stats(port)["failed"].get("PUT", 0) > 0
@@ -648,9 +767,13 @@ def test_commit_deadline_rejects_slow_uploads(proxied_s3_broker):
     topics = [unique_topic("dl-late")]
     create_topic(bs, topics[0], partitions=PARTITIONS)
     runs = _produce_through_window(
-        broker, port, topics, lambda: configure_s3proxy(port, delay_ms={"put": 1500}),
+        broker,
+        port,
+        topics,
+        lambda: configure_s3proxy(port, delay_ms={"put": 1500}),
         lambda: configure_s3proxy(port, delay_ms={}),
-        lambda: produce_errors(scrape(broker)).get("REQUEST_TIMED_OUT", 0) >= 2)
+        lambda: produce_errors(scrape(broker)).get("REQUEST_TIMED_OUT", 0) >= 2,
+    )
     assert check_runs(bs, topics, runs) == sum(r.sent for r in runs)
     after = scrape(broker)
     print(f"produce errors {produce_errors(after)}")

@@ -28,7 +28,7 @@ def _conn(port: int) -> http.client.HTTPConnection:
     return http.client.HTTPConnection("127.0.0.1", port, timeout=10)
 
 
-PUBLIC = {"x-amz-acl": "public-read"}        # moto refuses unsigned GETs of private objects
+PUBLIC = {"x-amz-acl": "public-read"}  # moto refuses unsigned GETs of private objects
 PUT_DELAY_MS = 2000  # far longer than an undelayed GET's round trip through the proxy
 
 
@@ -45,10 +45,14 @@ def test_s3_store_operations_through_proxy(moto_server, tmp_path):
     from broker.objectstore.s3 import S3ObjectStore
 
     async def body(port: int) -> None:
-        store = S3ObjectStore(moto_server.bucket, f"s3proxy-self/{os.getpid()}",
-                              endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1")
+        store = S3ObjectStore(
+            moto_server.bucket,
+            f"s3proxy-self/{os.getpid()}",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region="us-east-1",
+        )
         try:
-            big = os.urandom(3 << 20)                            # large enough for Expect: 100-continue
+            big = os.urandom(3 << 20)  # large enough for Expect: 100-continue
             await store.put("a/big", big)
             assert await store.get("a/big") == big
             assert await store.get("a/big", 1000, 5096) == big[1000:5096]
@@ -75,14 +79,15 @@ def test_s3_store_operations_through_proxy(moto_server, tmp_path):
 
 def test_keep_alive_delays_and_faults(moto_server, tmp_path):
     bucket = f"/{moto_server.bucket}"
-    with running_s3proxy(moto_server.port, delay_ms=f"put={PUT_DELAY_MS},get=0", fail_methods="PUT",
-                         log_path=tmp_path / "proxy.log") as port:
+    with running_s3proxy(
+        moto_server.port, delay_ms=f"put={PUT_DELAY_MS},get=0", fail_methods="PUT", log_path=tmp_path / "proxy.log"
+    ) as port:
         conn = _conn(port)
         # Delays by method, seen as an order: a PUT sent first, on its own connection, is still
         # in its delay after a GET sent later on another connection has been answered.
         slow = _conn(port)
         slow.request("PUT", f"{bucket}/k1", body=b"v1", headers=PUBLIC)
-        assert _request(conn, "GET", f"{bucket}/k0")[0] == 404            # undelayed, straight from moto
+        assert _request(conn, "GET", f"{bucket}/k0")[0] == 404  # undelayed, straight from moto
         assert not select.select([slow.sock], [], [], 0)[0], "the PUT was answered before the later GET"
         answer = slow.getresponse()
         assert (answer.status, answer.read()) == (200, b"")
@@ -107,8 +112,10 @@ def test_keep_alive_delays_and_faults(moto_server, tmp_path):
         assert s3proxy_stats(port)["client_connections_total"] == 4
         # Expect: 100-continue is answered before the body is sent.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-            raw.sendall(f"PUT {bucket}/k3 HTTP/1.1\r\nHost: x\r\nx-amz-acl: public-read\r\nContent-Length: 4\r\n"
-                        "Expect: 100-continue\r\n\r\n".encode())
+            raw.sendall(
+                f"PUT {bucket}/k3 HTTP/1.1\r\nHost: x\r\nx-amz-acl: public-read\r\nContent-Length: 4\r\n"
+                "Expect: 100-continue\r\n\r\n".encode()
+            )
             assert raw.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
             raw.sendall(b"body")
             assert raw.recv(4096).startswith(b"HTTP/1.1 200")
@@ -118,7 +125,7 @@ def test_keep_alive_delays_and_faults(moto_server, tmp_path):
         configure_s3proxy(port, fail_fraction=1.0, delay_ms={})
         status, _h, data = _request(conn, "PUT", f"{bucket}/k1", b"changed")
         assert status == 503 and b"<Code>SlowDown</Code>" in data
-        assert _request(conn, "GET", f"{bucket}/k1")[2] == b"v1"          # not forwarded; same connection
+        assert _request(conn, "GET", f"{bucket}/k1")[2] == b"v1"  # not forwarded; same connection
         # lose_fraction=1: forwarded (the object changes), the answer never comes.
         configure_s3proxy(port, fail_fraction=0.0, lose_fraction=1.0)
         with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):
@@ -138,14 +145,32 @@ def test_keep_alive_delays_and_faults(moto_server, tmp_path):
 def test_cli_port_file_and_sigterm(moto_server, tmp_path):
     """Run as documented: the port file appears, a non-loopback upstream is refused, SIGTERM
     ends it with exit code 0."""
-    refused = subprocess.run([sys.executable, "-m", "tests.s3proxy", "--upstream", "10.1.2.3:80",
-                              "--port-file", str(tmp_path / "nope")], cwd=REPO_ROOT, capture_output=True,
-                             timeout=30)
+    refused = subprocess.run(
+        [sys.executable, "-m", "tests.s3proxy", "--upstream", "10.1.2.3:80", "--port-file", str(tmp_path / "nope")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=30,
+    )
     assert refused.returncode != 0 and b"loopback" in refused.stderr
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.s3proxy", "--upstream", f"127.0.0.1:{moto_server.port}",
-                             "--port-file", str(port_file), "--delay-ms", "get=5", "--seed", "3"],
-                            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.s3proxy",
+            "--upstream",
+            f"127.0.0.1:{moto_server.port}",
+            "--port-file",
+            str(port_file),
+            "--delay-ms",
+            "get=5",
+            "--seed",
+            "3",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 15
         while not port_file.exists() and time.monotonic() < deadline and proc.poll() is None:

@@ -7,9 +7,17 @@ import signal
 
 import pytest
 
-from .clients import (BackgroundProducer, assert_same_records, check_sequences,
-                      consume_confluent, create_topic, make_records, produce_kafka_python,
-                      read_all, unique_topic)
+from .clients import (
+    BackgroundProducer,
+    assert_same_records,
+    check_sequences,
+    consume_confluent,
+    create_topic,
+    make_records,
+    produce_kafka_python,
+    read_all,
+    unique_topic,
+)
 from .harness import wait_until
 
 pytestmark = pytest.mark.integration
@@ -48,8 +56,11 @@ def _producer_survives_restart(broker, topic: str, stop) -> None:  # type: ignor
         stop(broker)
         at_stop = producer.acked_count()
         broker.start()
-        wait_until(lambda: producer.acked_count() >= at_stop + RESUMED_ACKS, 60,
-                   what=f"{RESUMED_ACKS} more acks from the restarted broker")
+        wait_until(
+            lambda: producer.acked_count() >= at_stop + RESUMED_ACKS,
+            60,
+            what=f"{RESUMED_ACKS} more acks from the restarted broker",
+        )
         producer.close(60)
     finally:
         producer.close(0)
@@ -88,7 +99,7 @@ def test_torn_tail_garbage_is_truncated(broker):
     assert broker.running()
     new = make_records(1, 1, tag="new", base_ts=last[0].timestamp + 10)
     assert produce_kafka_python(broker.bootstrap, topic, new) == [301]
-    assert segment.stat().st_size >= size                  # did not eat into acknowledged data
+    assert segment.stat().st_size >= size  # did not eat into acknowledged data
     # The garbage was really cut from the file: the record appended after recovery survives
     # another crash (appending behind garbage would lose it at the next recovery).
     broker.kill()
@@ -101,7 +112,7 @@ def test_torn_tail_cut_is_truncated(broker):
     topic, recs, _last = _torn_tail_setup(broker)
     segment = broker.newest_segment(topic, 0)
     with open(segment, "r+b") as f:
-        f.truncate(segment.stat().st_size - 7)              # tear the newest entry
+        f.truncate(segment.stat().st_size - 7)  # tear the newest entry
     broker.start()
     got = consume_confluent(broker.bootstrap, topic, 1, 300, settle_s=1.0)
     # Only the torn entry (the last record) is gone; everything before it is intact.
@@ -109,7 +120,7 @@ def test_torn_tail_cut_is_truncated(broker):
     assert broker.running()
     new = make_records(1, 1, tag="new")
     assert produce_kafka_python(broker.bootstrap, topic, new) == [300]
-    broker.kill()                                           # and again: still consistent
+    broker.kill()  # and again: still consistent
     broker.start()
     got = consume_confluent(broker.bootstrap, topic, 1, 301, settle_s=0.5)
     assert got[-1].value == new[0].value and got[-1].offset == 300

@@ -27,26 +27,55 @@ import time
 
 import pytest
 
-from .clients import (RawConnection, api_versions, create_topic, kp_admin, make_records,
-                      produce_kafka_python, unique_topic)
-from .groups_support import (GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION,
-                             INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT,
-                             NON_EMPTY_GROUP, NONE, OFFSET_METADATA_TOO_LARGE, SESSION_TIMEOUT_MS,
-                             UNKNOWN_MEMBER_ID, MemberFactory, assignment_summary,
-                             consumer_assignment, consumer_subscription, exact_cover, raw_commit,
-                             raw_delete_groups, raw_heartbeat, raw_join, raw_join_member, raw_leave,
-                             raw_describe_group, raw_offset_delete, raw_offset_fetch, raw_sync,
-                             wait_exact_cover, wait_records)
+from .clients import (
+    RawConnection,
+    api_versions,
+    create_topic,
+    kp_admin,
+    make_records,
+    produce_kafka_python,
+    unique_topic,
+)
+from .groups_support import (
+    GROUP_ID_NOT_FOUND,
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
+    NON_EMPTY_GROUP,
+    NONE,
+    OFFSET_METADATA_TOO_LARGE,
+    SESSION_TIMEOUT_MS,
+    UNKNOWN_MEMBER_ID,
+    MemberFactory,
+    assignment_summary,
+    consumer_assignment,
+    consumer_subscription,
+    exact_cover,
+    raw_commit,
+    raw_delete_groups,
+    raw_heartbeat,
+    raw_join,
+    raw_join_member,
+    raw_leave,
+    raw_describe_group,
+    raw_offset_delete,
+    raw_offset_fetch,
+    raw_sync,
+    wait_exact_cover,
+    wait_records,
+)
 
 pytestmark = pytest.mark.integration
 
 CLIENTS = ["kafka-python", "confluent", "aiokafka"]
 PARTITIONS = 6
 SESSION_S = SESSION_TIMEOUT_MS / 1000
-FIRST_JOIN_S = 30          # first assignment: process start, imports, 3 s initial delay, slack
-CRASH_HANDOVER_S = SESSION_S + 14   # a SIGKILLed member: session timeout + generous slack
+FIRST_JOIN_S = 30  # first assignment: process start, imports, 3 s initial delay, slack
+CRASH_HANDOVER_S = SESSION_S + 14  # a SIGKILLed member: session timeout + generous slack
 LONG_SESSION_MS = 120_000  # a member whose session cannot expire during the test
-LEAVE_WAIT_S = 30          # bound on a clean leave's handover: well below LONG_SESSION_MS
+LEAVE_WAIT_S = 30  # bound on a clean leave's handover: well below LONG_SESSION_MS
 DISCONNECT_SETTLE_S = 1.0  # loopback: the broker sees a killed member's socket close by then
 
 
@@ -86,13 +115,15 @@ def assert_read_exactly_once(members, produced: dict) -> None:
             assert (p, o) not in seen, f"record {p}@{o} read twice (second time by {m.name})"
             assert p in owned, f"{m.name} read partition {p} which it does not own ({sorted(owned)})"
             seen[(p, o)] = k
-    assert set(seen) == set(produced), \
+    assert set(seen) == set(produced), (
         f"missing {sorted(set(produced) - set(seen))[:10]}, extra {sorted(set(seen) - set(produced))[:10]}"
+    )
     bad = [po for po in produced if seen[po] != produced[po]]
     assert not bad, f"wrong keys at {bad[:10]}"
 
 
 # -- membership ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_three_members_then_leave_then_crash(module_broker, members, client):
@@ -110,7 +141,7 @@ def test_three_members_then_leave_then_crash(module_broker, members, client):
 
     produced = produce(bs, topic, 60, tag=client)
     wait_records(trio, len(produced), 30)
-    time.sleep(0.5)                                           # let any duplicate show up
+    time.sleep(0.5)  # let any duplicate show up
     assert exact_cover(trio, PARTITIONS), f"assignment changed: {assignment_summary(trio)}"
     assert_read_exactly_once(trio, produced)
 
@@ -126,9 +157,10 @@ def test_three_members_then_leave_then_crash(module_broker, members, client):
     # A crash: no LeaveGroup, the connection just closes. b stays a member (and keeps its
     # partitions) until its session expires; then a gets everything.
     b.kill()
-    time.sleep(DISCONNECT_SETTLE_S)                           # the broker has seen the socket close
-    assert describe(bs, group) == (NONE, "Stable", sorted([f"it-{a.name}", f"it-{b.name}"])), \
+    time.sleep(DISCONNECT_SETTLE_S)  # the broker has seen the socket close
+    assert describe(bs, group) == (NONE, "Stable", sorted([f"it-{a.name}", f"it-{b.name}"])), (
         "a SIGKILLed member was removed before its session timeout"
+    )
     wait_exact_cover([a], PARTITIONS, CRASH_HANDOVER_S, "after a member was SIGKILLed")
     assert describe(bs, group)[2] == [f"it-{a.name}"]
     assert a.running() and not a.errors(), a.errors()
@@ -165,8 +197,18 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(module_bro
     bs = module_broker.bootstrap
     topic = new_topic(bs, "gstatic")
     group = unique_topic("grpstatic")
-    trio = [members("confluent", bs, topic, group, name=f"static-{i}", instance_id=f"instance-{i}",
-                    session_timeout_ms=LONG_SESSION_MS) for i in range(3)]
+    trio = [
+        members(
+            "confluent",
+            bs,
+            topic,
+            group,
+            name=f"static-{i}",
+            instance_id=f"instance-{i}",
+            session_timeout_ms=LONG_SESSION_MS,
+        )
+        for i in range(3)
+    ]
     wait_exact_cover(trio, PARTITIONS, FIRST_JOIN_S, "three static members", each=2)
     victim = trio.pop()
     before = victim.assignment
@@ -174,8 +216,15 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(module_bro
     victim.kill()
     # The sessions outlast the test, so the restart is "within the session timeout" however
     # slowly the new process starts.
-    again = members("confluent", bs, topic, group, name="static-2-again", instance_id="instance-2",
-                    session_timeout_ms=LONG_SESSION_MS)
+    again = members(
+        "confluent",
+        bs,
+        topic,
+        group,
+        name="static-2-again",
+        instance_id="instance-2",
+        session_timeout_ms=LONG_SESSION_MS,
+    )
     wait_exact_cover([*trio, again], PARTITIONS, FIRST_JOIN_S, "the restarted static member", each=2)
     assert again.assignment == before
     assert [len(m.assignment_history()) for m in trio] == others_history, "the others were rebalanced"
@@ -209,10 +258,15 @@ def test_mixed_clients_one_group(module_broker, members):
 
 
 # "range" (every client's default here) is covered by the tests above for each client.
-ASSIGNORS = [("kafka-python", "roundrobin"), ("kafka-python", "sticky"),
-             ("kafka-python", "cooperative-sticky"),
-             ("aiokafka", "roundrobin"), ("aiokafka", "sticky"),
-             ("confluent", "roundrobin"), ("confluent", "cooperative-sticky")]
+ASSIGNORS = [
+    ("kafka-python", "roundrobin"),
+    ("kafka-python", "sticky"),
+    ("kafka-python", "cooperative-sticky"),
+    ("aiokafka", "roundrobin"),
+    ("aiokafka", "sticky"),
+    ("confluent", "roundrobin"),
+    ("confluent", "cooperative-sticky"),
+]
 
 
 @pytest.mark.parametrize("client,assignor", ASSIGNORS, ids=[f"{c}-{a}" for c, a in ASSIGNORS])
@@ -236,6 +290,7 @@ def test_assignor(module_broker, members, client, assignor):
 
 # -- committed offsets --------------------------------------------------------------------
 
+
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """OffsetFetch through kafka-python's admin client: partition -> committed offset."""
     admin = kp_admin(bootstrap)
@@ -255,9 +310,10 @@ def check_resumes_at(member, start: dict[int, int]) -> dict[int, int]:
     nxt = dict(start)
     for p, offs in per_p.items():
         first = start.get(p, 0)
-        assert offs[0] == first, \
-            f"{member.name}: partition {p} resumed at {offs[0]}, committed offset {first} " \
+        assert offs[0] == first, (
+            f"{member.name}: partition {p} resumed at {offs[0]}, committed offset {first} "
             f"({'redelivery' if offs[0] < first else 'gap'})"
+        )
         assert offs == list(range(first, first + len(offs))), f"{member.name}: partition {p}: {offs[:20]}"
         nxt[p] = offs[-1] + 1
     return nxt
@@ -286,7 +342,7 @@ def test_committed_offsets_resume_exactly(broker, members, client):
     nxt = check_resumes_at(second, nxt)
     assert committed_offsets(bs, group, topic) == nxt
 
-    broker.restart(graceful=False)                          # kill -9, same data dir
+    broker.restart(graceful=False)  # kill -9, same data dir
     assert committed_offsets(bs, group, topic) == nxt, "committed offsets lost by a broker crash"
     produced.update(produce(bs, topic, 30, partitions, tag=f"{client}-2"))
 
@@ -336,6 +392,7 @@ def test_live_group_survives_broker_crash(broker, members, client):
 
 # -- bad input through a raw client -------------------------------------------------------
 
+
 @pytest.fixture
 def raw(module_broker):
     versions = api_versions(module_broker.bootstrap)
@@ -355,8 +412,7 @@ def test_offset_commit_unknown_group_with_generation(module_broker, raw):
     lo, hi = versions[8]
     for v in sorted({min(hi, 8), min(hi, 9)} | ({lo} if lo >= 1 else {1})):
         group = unique_topic(f"nogroup-v{v}")
-        errors = raw_commit(conn, versions, group, topic, {0: (5, None)}, generation=3,
-                            member_id="nobody", version=v)
+        errors = raw_commit(conn, versions, group, topic, {0: (5, None)}, generation=3, member_id="nobody", version=v)
         expected = GROUP_ID_NOT_FOUND if v >= 9 else ILLEGAL_GENERATION
         assert errors == {0: expected}, f"OffsetCommit v{v} to unknown group {group} with generation 3"
         fetched, top = raw_offset_fetch(conn, versions, group, topic, [0])
@@ -392,12 +448,10 @@ def test_stale_generation(module_broker, raw):
     assert join.error_code == NONE, join
     me = join.member_id
     assert join.leader == me
-    sync = raw_sync(conn, versions, group, join.generation_id, me,
-                    [(me, consumer_assignment(topic, [0, 1]))])
+    sync = raw_sync(conn, versions, group, join.generation_id, me, [(me, consumer_assignment(topic, [0, 1]))])
     assert sync.error_code == NONE, sync
     # The leader rejoins: a new generation (no initial delay: the group is not empty).
-    rejoin = raw_join(conn, versions, group, member_id=me,
-                      protocols=[("range", consumer_subscription([topic]))])
+    rejoin = raw_join(conn, versions, group, member_id=me, protocols=[("range", consumer_subscription([topic]))])
     assert rejoin.error_code == NONE, rejoin
     gen = rejoin.generation_id
     assert gen > join.generation_id
@@ -405,14 +459,17 @@ def test_stale_generation(module_broker, raw):
     assert sync.error_code == NONE, sync
 
     stale = gen - 1
-    assert raw_commit(conn, versions, group, topic, {0: (1, None)}, generation=stale,
-                      member_id=me) == {0: ILLEGAL_GENERATION}
-    assert raw_commit(conn, versions, group, topic, {0: (1, None)}, generation=gen + 1,
-                      member_id=me) == {0: ILLEGAL_GENERATION}
+    assert raw_commit(conn, versions, group, topic, {0: (1, None)}, generation=stale, member_id=me) == {
+        0: ILLEGAL_GENERATION
+    }
+    assert raw_commit(conn, versions, group, topic, {0: (1, None)}, generation=gen + 1, member_id=me) == {
+        0: ILLEGAL_GENERATION
+    }
     assert raw_heartbeat(conn, versions, group, stale, me).error_code == ILLEGAL_GENERATION
     assert raw_sync(conn, versions, group, stale, me, []).error_code == ILLEGAL_GENERATION
-    assert raw_commit(conn, versions, group, topic, {0: (1, None)}, generation=gen,
-                      member_id="someone-else") == {0: UNKNOWN_MEMBER_ID}
+    assert raw_commit(conn, versions, group, topic, {0: (1, None)}, generation=gen, member_id="someone-else") == {
+        0: UNKNOWN_MEMBER_ID
+    }
     assert raw_heartbeat(conn, versions, group, gen, "someone-else").error_code == UNKNOWN_MEMBER_ID
 
     # An "admin" commit (no generation, no member) is only for groups without members.
@@ -421,19 +478,26 @@ def test_stale_generation(module_broker, raw):
     # member id, another protocol type, no protocol in common with the group.
     other = RawConnection(module_broker.bootstrap, timeout_s=20)
     try:
-        assert raw_join(other, versions, group, member_id="not-a-member",
-                        protocols=[("range", consumer_subscription([topic]))]
-                        ).error_code == UNKNOWN_MEMBER_ID
-        assert raw_join(other, versions, group, protocol_type="connect",
-                        protocols=[("range", consumer_subscription([topic]))]
-                        ).error_code == INCONSISTENT_GROUP_PROTOCOL
-        assert raw_join(other, versions, group, protocols=[("not-range", consumer_subscription([topic]))]
-                        ).error_code == INCONSISTENT_GROUP_PROTOCOL
+        assert (
+            raw_join(
+                other, versions, group, member_id="not-a-member", protocols=[("range", consumer_subscription([topic]))]
+            ).error_code
+            == UNKNOWN_MEMBER_ID
+        )
+        assert (
+            raw_join(
+                other, versions, group, protocol_type="connect", protocols=[("range", consumer_subscription([topic]))]
+            ).error_code
+            == INCONSISTENT_GROUP_PROTOCOL
+        )
+        assert (
+            raw_join(other, versions, group, protocols=[("not-range", consumer_subscription([topic]))]).error_code
+            == INCONSISTENT_GROUP_PROTOCOL
+        )
     finally:
         other.close()
 
-    assert raw_commit(conn, versions, group, topic, {0: (2, None)}, generation=gen,
-                      member_id=me) == {0: NONE}
+    assert raw_commit(conn, versions, group, topic, {0: (2, None)}, generation=gen, member_id=me) == {0: NONE}
     assert raw_heartbeat(conn, versions, group, gen, me).error_code == NONE
     fetched, _ = raw_offset_fetch(conn, versions, group, topic, [0, 1])
     assert fetched[0][0] == 2 and fetched[1][0] == -1, fetched
@@ -447,13 +511,14 @@ def test_unknown_group_and_empty_group_id(module_broker, raw):
     group = unique_topic("ghost")
     assert raw_heartbeat(conn, versions, group, 1, "m").error_code == UNKNOWN_MEMBER_ID
     assert raw_sync(conn, versions, group, 1, "m", []).error_code == UNKNOWN_MEMBER_ID
-    assert raw_join(conn, versions, group, member_id="m",
-                    protocols=[("range", consumer_subscription(["t"]))]).error_code == UNKNOWN_MEMBER_ID
+    assert (
+        raw_join(conn, versions, group, member_id="m", protocols=[("range", consumer_subscription(["t"]))]).error_code
+        == UNKNOWN_MEMBER_ID
+    )
     # Kafka's GroupCoordinator.isValidGroupId: only OffsetCommit/OffsetFetch/DescribeGroups/
     # DeleteGroups accept an empty group id; the membership APIs answer INVALID_GROUP_ID.
     got = {
-        "JoinGroup": raw_join(conn, versions, "", protocols=[("range", consumer_subscription(["t"]))]
-                              ).error_code,
+        "JoinGroup": raw_join(conn, versions, "", protocols=[("range", consumer_subscription(["t"]))]).error_code,
         "SyncGroup": raw_sync(conn, versions, "", 1, "m", []).error_code,
         "Heartbeat": raw_heartbeat(conn, versions, "", 1, "m").error_code,
         "LeaveGroup": leave_error(raw_leave(conn, versions, "", "m")),
@@ -481,11 +546,9 @@ def test_delete_groups_and_offsets(module_broker, raw):
     join = raw_join_member(conn, versions, active, topic)
     assert join.error_code == NONE, join
     me, gen = join.member_id, join.generation_id
-    assert raw_sync(conn, versions, active, gen, me, [(me, consumer_assignment(topic, [0, 1]))]
-                    ).error_code == NONE
+    assert raw_sync(conn, versions, active, gen, me, [(me, consumer_assignment(topic, [0, 1]))]).error_code == NONE
     assert raw_commit(conn, versions, active, topic, {0: (5, None)}, generation=gen, member_id=me) == {0: NONE}
-    assert raw_commit(conn, versions, active, other_topic, {0: (6, None)}, generation=gen,
-                      member_id=me) == {0: NONE}
+    assert raw_commit(conn, versions, active, other_topic, {0: (6, None)}, generation=gen, member_id=me) == {0: NONE}
 
     assert raw_offset_delete(conn, versions, active, topic, [0]) == (NONE, {0: GROUP_SUBSCRIBED_TO_TOPIC})
     assert raw_offset_delete(conn, versions, active, other_topic, [0]) == (NONE, {0: NONE})
@@ -493,8 +556,11 @@ def test_delete_groups_and_offsets(module_broker, raw):
     assert raw_offset_fetch(conn, versions, active, topic, [0])[0][0][0] == 5
     assert raw_offset_delete(conn, versions, unknown, topic, [0])[0] == GROUP_ID_NOT_FOUND
 
-    assert raw_delete_groups(conn, versions, [active, simple, unknown]) == \
-        {active: NON_EMPTY_GROUP, simple: NONE, unknown: GROUP_ID_NOT_FOUND}
+    assert raw_delete_groups(conn, versions, [active, simple, unknown]) == {
+        active: NON_EMPTY_GROUP,
+        simple: NONE,
+        unknown: GROUP_ID_NOT_FOUND,
+    }
     assert raw_offset_fetch(conn, versions, simple, topic, [0])[0][0][0] == -1
     assert raw_heartbeat(conn, versions, active, gen, me).error_code == NONE
     assert raw_leave(conn, versions, active, me).error_code == NONE
@@ -508,8 +574,11 @@ def test_join_group_inconsistent_protocol(module_broker, raw, case):
     (Kafka's supportsProtocols on an empty group)."""
     conn, versions = raw
     group = unique_topic(f"incons-{case}")
-    kwargs = ({"protocol_type": "", "protocols": [("range", consumer_subscription(["t"]))]}
-              if case == "empty-protocol-type" else {"protocols": []})
+    kwargs = (
+        {"protocol_type": "", "protocols": [("range", consumer_subscription(["t"]))]}
+        if case == "empty-protocol-type"
+        else {"protocols": []}
+    )
     resp = raw_join(conn, versions, group, **kwargs)
     assert resp.error_code == INCONSISTENT_GROUP_PROTOCOL, resp
 
@@ -520,6 +589,11 @@ def test_join_group_session_timeout_out_of_range(module_broker, raw, session_tim
     (Kafka's defaults): INVALID_SESSION_TIMEOUT."""
     conn, versions = raw
     group = unique_topic("badsession")
-    resp = raw_join(conn, versions, group, session_timeout_ms=session_timeout_ms,
-                    protocols=[("range", consumer_subscription(["t"]))])
+    resp = raw_join(
+        conn,
+        versions,
+        group,
+        session_timeout_ms=session_timeout_ms,
+        protocols=[("range", consumer_subscription(["t"]))],
+    )
     assert resp.error_code == INVALID_SESSION_TIMEOUT, resp

@@ -56,9 +56,9 @@ def test_harness_lifecycle(tmp_path, fake_command):
     try:
         assert b.running() and b.ready()
         assert (tmp_path / "data" / "marker").exists()
-        assert b.stop() == 0                      # graceful SIGTERM -> exit 0
+        assert b.stop() == 0  # graceful SIGTERM -> exit 0
         assert not b.running()
-        b.start(timeout_s=10)                     # restart on the same data dir and ports
+        b.start(timeout_s=10)  # restart on the same data dir and ports
         port = b.metrics_port
         b.kill()
         assert b.proc.returncode == -signal.SIGKILL
@@ -72,8 +72,7 @@ def test_harness_lifecycle(tmp_path, fake_command):
 
 
 def test_harness_reports_early_exit_with_log_tail(tmp_path, fake_command):
-    b = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", command=fake_command,
-                      extra_args=["--fail"])
+    b = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", command=fake_command, extra_args=["--fail"])
     with pytest.raises(BrokerError, match="boom: cannot start"):
         b.start(timeout_s=10)
     assert not b.running()
@@ -82,8 +81,9 @@ def test_harness_reports_early_exit_with_log_tail(tmp_path, fake_command):
 def test_harness_ready_deadline(tmp_path):
     # A process that never serves /readyz is killed at the deadline: by a signal, long before
     # its own 600 s sleep would have ended it.
-    b = BrokerProcess(tmp_path / "data", tmp_path / "broker.log",
-                      command=[sys.executable, "-c", "import time; time.sleep(600)"])
+    b = BrokerProcess(
+        tmp_path / "data", tmp_path / "broker.log", command=[sys.executable, "-c", "import time; time.sleep(600)"]
+    )
     with pytest.raises(BrokerError, match="not ready within"):
         b.start(timeout_s=1.5)
     assert not b.running()
@@ -172,7 +172,7 @@ def test_proxy_forwards_and_drops_on_command(echo):
 def test_proxy_drops_every_n_bytes(echo):
     with TcpProxy(echo.port, drop_every_bytes=1000, max_drops=3) as proxy:
         cut = 0
-        for _ in range(20):                         # bounded: each round sends 600 bytes
+        for _ in range(20):  # bounded: each round sends 600 bytes
             with socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5) as s:
                 got = _roundtrip(s, b"y" * 600)
                 if len(got) < 600:
@@ -188,7 +188,7 @@ def test_proxy_drops_every_n_bytes(echo):
 
 
 def test_proxy_target_down_closes_client():
-    with TcpProxy(free_port()) as proxy:          # nothing listens on the target
+    with TcpProxy(free_port()) as proxy:  # nothing listens on the target
         with socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5) as s:
             assert RawConnection.wrap(s).closed_by_peer(8)
 

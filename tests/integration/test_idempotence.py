@@ -21,15 +21,24 @@ DROP_EVERY_BYTES = {"up": 250_000, "down": 1_500}
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("direction", ["up", "down"])
-@pytest.mark.parametrize("client,idempotence", [("confluent", {"enable.idempotence": True,
-                                                               # ~16 KiB requests, like kafka-python:
-                                                               # enough responses to cut
-                                                               "batch.size": 16384}),
-                                                ("kafka-python", {"enable_idempotence": True})])
-def test_idempotent_produce_through_connection_drops(broker_factory, proxy_factory, client, idempotence,
-                                                     direction):
+@pytest.mark.parametrize(
+    "client,idempotence",
+    [
+        (
+            "confluent",
+            {
+                "enable.idempotence": True,
+                # ~16 KiB requests, like kafka-python:
+                # enough responses to cut
+                "batch.size": 16384,
+            },
+        ),
+        ("kafka-python", {"enable_idempotence": True}),
+    ],
+)
+def test_idempotent_produce_through_connection_drops(broker_factory, proxy_factory, client, idempotence, direction):
     proxy_port = free_port()
-    broker = broker_factory(start=False, advertise_port=proxy_port)   # Metadata names the proxy
+    broker = broker_factory(start=False, advertise_port=proxy_port)  # Metadata names the proxy
     proxy = proxy_factory(broker.port, listen_port=proxy_port)
     broker.start()
     bs = proxy.address
@@ -42,10 +51,8 @@ def test_idempotent_produce_through_connection_drops(broker_factory, proxy_facto
     proxy.arm(None)
     assert proxy.drops >= 3, f"only {proxy.drops} drops ({proxy.bytes_up} bytes up, {proxy.bytes_down} down)"
 
-    acked = {p: [(i, off) for i, off in enumerate(offsets) if i % PARTITIONS == p]
-             for p in range(PARTITIONS)}
+    acked = {p: [(i, off) for i, off in enumerate(offsets) if i % PARTITIONS == p] for p in range(PARTITIONS)}
     got = read_all(broker.direct_bootstrap, topic, PARTITIONS, timeout_s=120)
     check_sequences(got, acked)
     for p in range(PARTITIONS):
-        assert [int(r.value) for r in got[p]] == list(range(p, N, PARTITIONS)), \
-            f"partition {p}: not exactly once"
+        assert [int(r.value) for r in got[p]] == list(range(p, N, PARTITIONS)), f"partition {p}: not exactly once"

@@ -26,8 +26,7 @@ import pytest
 
 from tests.gates import missing
 
-from .clients import (CONSUMERS, PRODUCERS, Rec, assert_same_records, create_topic, make_records,
-                      unique_topic)
+from .clients import CONSUMERS, PRODUCERS, Rec, assert_same_records, create_topic, make_records, unique_topic
 
 pytestmark = pytest.mark.integration
 
@@ -45,23 +44,32 @@ def node():
     else:
         for pkg in ("kafkajs", "kafkajs-snappy", "kafkajs-lz4"):
             if not (JS_DIR / "node_modules" / pkg / "package.json").exists():
-                why = (f"{pkg} is not installed in {JS_DIR}/node_modules "
-                       f"(run `make install`, or `cd tests/js && npm ci`)")
+                why = (
+                    f"{pkg} is not installed in {JS_DIR}/node_modules (run `make install`, or `cd tests/js && npm ci`)"
+                )
                 break
     if why:
         missing(f"kafkajs tests cannot run: {why}")
     return node_bin
 
 
-def run_node(node: str, script: str, spec: dict, stdin: str | None = None,
-             timeout_s: float = NODE_TIMEOUT_S) -> list[dict]:
+def run_node(
+    node: str, script: str, spec: dict, stdin: str | None = None, timeout_s: float = NODE_TIMEOUT_S
+) -> list[dict]:
     """Run tests/js/<script> with a deadline; its stdout JSON lines."""
     try:
-        done = subprocess.run([node, str(JS_DIR / script), json.dumps(spec)], input=stdin,
-                              capture_output=True, text=True, timeout=timeout_s, cwd=JS_DIR)
+        done = subprocess.run(
+            [node, str(JS_DIR / script), json.dumps(spec)],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=JS_DIR,
+        )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"{script} did not finish within {timeout_s}s\n"
-                             f"stderr: {(exc.stderr or b'')[-3000:]!r}") from None
+        raise AssertionError(
+            f"{script} did not finish within {timeout_s}s\nstderr: {(exc.stderr or b'')[-3000:]!r}"
+        ) from None
     tail = done.stderr[-4000:]
     assert done.returncode == 0, f"{script} exited with {done.returncode}\nstderr:\n{tail}"
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
@@ -78,19 +86,36 @@ def _unb64(s: str | None) -> bytes | None:
 
 
 def rec_to_json(r: Rec) -> dict:
-    return {"partition": r.partition, "key": _b64(r.key), "value": _b64(r.value),
-            "headers": [[k, _b64(v)] for k, v in r.headers], "timestamp": r.timestamp}
+    return {
+        "partition": r.partition,
+        "key": _b64(r.key),
+        "value": _b64(r.value),
+        "headers": [[k, _b64(v)] for k, v in r.headers],
+        "timestamp": r.timestamp,
+    }
 
 
 def rec_from_json(d: dict) -> Rec:
-    return Rec(d["partition"], _unb64(d["key"]), _unb64(d["value"]),
-               tuple((k, _unb64(v)) for k, v in d["headers"]), d["timestamp"], d["offset"])
+    return Rec(
+        d["partition"],
+        _unb64(d["key"]),
+        _unb64(d["value"]),
+        tuple((k, _unb64(v)) for k, v in d["headers"]),
+        d["timestamp"],
+        d["offset"],
+    )
 
 
-def kafkajs_produce(node: str, bootstrap: str, topic: str, recs: list[Rec], codec: str = "none",
-                    create_partitions: int | None = None) -> list[int]:
-    spec = {"bootstrap": bootstrap, "topic": topic, "codec": codec, "timeoutMs": 30_000,
-            "create": {"partitions": create_partitions} if create_partitions else None}
+def kafkajs_produce(
+    node: str, bootstrap: str, topic: str, recs: list[Rec], codec: str = "none", create_partitions: int | None = None
+) -> list[int]:
+    spec = {
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "codec": codec,
+        "timeoutMs": 30_000,
+        "create": {"partitions": create_partitions} if create_partitions else None,
+    }
     lines = run_node(node, "produce.js", spec, stdin=json.dumps([rec_to_json(r) for r in recs]))
     acks = lines[:-1]
     assert len(acks) == len(recs)
@@ -98,11 +123,17 @@ def kafkajs_produce(node: str, bootstrap: str, topic: str, recs: list[Rec], code
     return [a["offset"] for a in acks]
 
 
-def kafkajs_consume(node: str, bootstrap: str, topic: str, expected: int, group: str | None = None,
-                    timeout_s: float = 30) -> list[Rec]:
-    spec = {"bootstrap": bootstrap, "topic": topic, "expected": expected,
-            "group": group or f"kafkajs-{uuid.uuid4().hex[:10]}", "timeoutMs": int(timeout_s * 1000),
-            "settleMs": 500}
+def kafkajs_consume(
+    node: str, bootstrap: str, topic: str, expected: int, group: str | None = None, timeout_s: float = 30
+) -> list[Rec]:
+    spec = {
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "expected": expected,
+        "group": group or f"kafkajs-{uuid.uuid4().hex[:10]}",
+        "timeoutMs": int(timeout_s * 1000),
+        "settleMs": 500,
+    }
     lines = run_node(node, "consume_group.js", spec, timeout_s=timeout_s + 30)
     final = lines[-1]
     recs = [rec_from_json(d) for d in lines[:-1]]
@@ -141,8 +172,9 @@ def test_kafkajs_roundtrip(node, module_broker, codec):
     more_offsets = kafkajs_produce(node, bs, topic, more, codec=codec)
     again = kafkajs_consume(node, bs, topic, len(more), group=group)
     assert_same_records(more, again)
-    assert sorted((r.partition, r.offset) for r in again) == \
-        sorted((r.partition, o) for r, o in zip(more, more_offsets))
+    assert sorted((r.partition, r.offset) for r in again) == sorted(
+        (r.partition, o) for r, o in zip(more, more_offsets)
+    )
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
@@ -160,8 +192,9 @@ def test_kafkajs_produces_python_reads(node, module_broker, codec):
         assert_same_records(recs, got)
 
 
-@pytest.mark.parametrize("producer,codec", [("kafka-python", "none"), ("confluent", "snappy"),
-                                            ("aiokafka", "lz4"), ("kafka-python", "gzip")])
+@pytest.mark.parametrize(
+    "producer,codec", [("kafka-python", "none"), ("confluent", "snappy"), ("aiokafka", "lz4"), ("kafka-python", "gzip")]
+)
 def test_python_produces_kafkajs_reads(node, module_broker, producer, codec):
     """Records produced by a Python client (compressed with `codec`) are read identically by
     kafkajs."""

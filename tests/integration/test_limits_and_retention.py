@@ -12,8 +12,20 @@ import pytest
 
 from tests.unit.test_fetch_limits_inprocess import MODES, VALUES
 
-from .clients import (RawConnection, api_versions, build_batch, consume_confluent, consume_kafka_python,
-                      create_topic, decode_records, kp_admin, pick_version, raw_fetch, raw_produce, unique_topic)
+from .clients import (
+    RawConnection,
+    api_versions,
+    build_batch,
+    consume_confluent,
+    consume_kafka_python,
+    create_topic,
+    decode_records,
+    kp_admin,
+    pick_version,
+    raw_fetch,
+    raw_produce,
+    unique_topic,
+)
 from .conftest import _Factory
 from .harness import wait_until
 
@@ -50,10 +62,14 @@ def topic_with_batches(bs: str, mode: str, prefix: str) -> tuple[str, dict[int, 
 
 def earliest(bs: str, topic: str, partition: int) -> int:
     from kafka.protocol.consumer import ListOffsetsRequest
+
     versions = api_versions(bs)
     L = ListOffsetsRequest.ListOffsetsTopic
-    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[L(
-        name=topic, partitions=[L.ListOffsetsPartition(partition_index=partition, timestamp=-2)])])
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[L(name=topic, partitions=[L.ListOffsetsPartition(partition_index=partition, timestamp=-2)])],
+    )
     with RawConnection(bs) as conn:
         response = conn.request(request, pick_version(versions, ListOffsetsRequest, cap=7), timeout_s=15)
     [part] = response.topics[0].partitions
@@ -62,6 +78,7 @@ def earliest(bs: str, topic: str, partition: int) -> int:
 
 
 # -- Fetch limits smaller than one batch -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_consumers_with_fetch_limits_below_one_batch_read_everything(broker, mode: str) -> None:  # type: ignore[no-untyped-def]
@@ -72,11 +89,19 @@ def test_consumers_with_fetch_limits_below_one_batch_read_everything(broker, mod
     total = 3 * sum(len(v) for v in VALUES.values())
     assert all(s > 1000 for s in sizes[0][:1])
     readers = {
-        "kafka-python": lambda: consume_kafka_python(broker.bootstrap, topic, 3, total, timeout_s=30,
-                                                     fetch_max_bytes=1, max_partition_fetch_bytes=1),
-        "confluent": lambda: consume_confluent(broker.bootstrap, topic, 3, total, timeout_s=30,
-                                               fetch_max_bytes=1000, message_max_bytes=1000,
-                                               max_partition_fetch_bytes=1),
+        "kafka-python": lambda: consume_kafka_python(
+            broker.bootstrap, topic, 3, total, timeout_s=30, fetch_max_bytes=1, max_partition_fetch_bytes=1
+        ),
+        "confluent": lambda: consume_confluent(
+            broker.bootstrap,
+            topic,
+            3,
+            total,
+            timeout_s=30,
+            fetch_max_bytes=1000,
+            message_max_bytes=1000,
+            max_partition_fetch_bytes=1,
+        ),
     }
     for client, read in readers.items():
         got = read()
@@ -87,6 +112,7 @@ def test_consumers_with_fetch_limits_below_one_batch_read_everything(broker, mod
 
 # -- retention and DeleteRecords -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_periodic_retention_task_deletes_old_segments(broker, mode: str) -> None:  # type: ignore[no-untyped-def]
     """retention.ms=60000, records an hour old, one batch per segment: the retention task
@@ -94,8 +120,12 @@ def test_periodic_retention_task_deletes_old_segments(broker, mode: str) -> None
     (ListOffsets earliest) moves up to the last batch, and fetching below it is out of range."""
     bs = broker.bootstrap
     topic = unique_topic(f"retention-{mode}")
-    create_topic(bs, topic, partitions=1, configs={"diskless.enable": MODES[mode], "retention.ms": "60000",
-                                                   "segment.bytes": "1024"})
+    create_topic(
+        bs,
+        topic,
+        partitions=1,
+        configs={"diskless.enable": MODES[mode], "retention.ms": "60000", "segment.bytes": "1024"},
+    )
     old = int(time.time() * 1000) - 3_600_000
     versions = api_versions(bs)
     with RawConnection(bs) as conn:
@@ -119,13 +149,14 @@ def test_delete_records(broker, mode: str) -> None:  # type: ignore[no-untyped-d
 
     bs = broker.bootstrap
     topic, _sizes = topic_with_batches(bs, mode, "delrec")
-    ends = {p: 3 * len(v) for p, v in VALUES.items()}           # 12 each
+    ends = {p: 3 * len(v) for p, v in VALUES.items()}  # 12 each
     admin = kp_admin(bs)
     try:
-        result = admin.delete_records({TopicPartition(topic, 0): 5, TopicPartition(topic, 1): -1,
-                                       TopicPartition(topic, 2): 0})
+        result = admin.delete_records(
+            {TopicPartition(topic, 0): 5, TopicPartition(topic, 1): -1, TopicPartition(topic, 2): 0}
+        )
         low = {tp.partition: (r["low_watermark"], r["error_code"]) for tp, r in result.items()}
-        assert low == {0: (5, 0), 1: (ends[1], 0), 2: (0, 0)}     # -1: up to the high watermark
+        assert low == {0: (5, 0), 1: (ends[1], 0), 2: (0, 0)}  # -1: up to the high watermark
         assert [earliest(bs, topic, p) for p in range(3)] == [5, ends[1], 0]
         again = admin.delete_records({TopicPartition(topic, 0): 2})  # below the start: no change
         assert again[TopicPartition(topic, 0)]["low_watermark"] == 5 and earliest(bs, topic, 0) == 5
@@ -159,6 +190,7 @@ def test_delete_records_negative_offset_is_out_of_range(broker) -> None:  # type
 
 # -- produce refusals over the wire --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_batch_larger_than_a_segment_is_record_list_too_large(broker, mode: str) -> None:  # type: ignore[no-untyped-def]
     bs = broker.bootstrap
@@ -181,8 +213,14 @@ def test_transactional_produce_is_refused(broker, mode: str) -> None:  # type: i
     create_topic(bs, topic, partitions=1, configs={"diskless.enable": MODES[mode]})
     versions = api_versions(bs)
     P = ProduceRequest.TopicProduceData
-    request = ProduceRequest(transactional_id="tx-1", acks=-1, timeout_ms=10_000, topic_data=[
-        P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([(b"k", b"v")]))])])
+    request = ProduceRequest(
+        transactional_id="tx-1",
+        acks=-1,
+        timeout_ms=10_000,
+        topic_data=[
+            P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([(b"k", b"v")]))])
+        ],
+    )
     with RawConnection(bs) as conn:
         response = conn.request(request, pick_version(versions, ProduceRequest, cap=12), timeout_s=15)
         assert response.responses[0].partition_responses[0].error_code == INVALID_TXN_STATE

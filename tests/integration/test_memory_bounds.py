@@ -42,17 +42,27 @@ import pytest
 
 from tests.s3proxy import running_s3proxy, s3proxy_stats
 
-from .clients import (Rec, api_versions, build_batch, consume_confluent, create_topic, pick_version,
-                      produce_kafka_python, raw_fetch, RawConnection, decode_records)
+from .clients import (
+    Rec,
+    api_versions,
+    build_batch,
+    consume_confluent,
+    create_topic,
+    pick_version,
+    produce_kafka_python,
+    raw_fetch,
+    RawConnection,
+    decode_records,
+)
 from .harness import wait_until
 
 pytestmark = pytest.mark.integration
 
 MiB = 1 << 20
-POOL = 32 * MiB                 # queued.max.request.bytes
-PER_CONNECTION = 8 * MiB        # queued.max.request.bytes.per.connection
-WAL_INFLIGHT = 16 * MiB         # wal.max.inflight.bytes (= two 8 MiB WAL buffers)
-LARGE_FRAME = 8 * MiB           # the largest frame sent
+POOL = 32 * MiB  # queued.max.request.bytes
+PER_CONNECTION = 8 * MiB  # queued.max.request.bytes.per.connection
+WAL_INFLIGHT = 16 * MiB  # wal.max.inflight.bytes (= two 8 MiB WAL buffers)
+LARGE_FRAME = 8 * MiB  # the largest frame sent
 SETTINGS = {
     "queued.max.request.bytes": POOL,
     "queued.max.request.bytes.per.connection": PER_CONNECTION,
@@ -68,16 +78,16 @@ SETTINGS = {
 # ~81 MiB, growth 114-134 MiB under this flood; the same flood with both request bounds raised
 # to 1 GiB grew the broker by ~740 MiB, and without acks=0 waiting for WAL admission by ~430 MiB.
 DERIVED_BOUND = (POOL + LARGE_FRAME) + (WAL_INFLIGHT + LARGE_FRAME) + 2 * WAL_INFLIGHT  # 96 MiB
-RSS_BOUND = DERIVED_BOUND + 96 * MiB                                                    # 192 MiB
+RSS_BOUND = DERIVED_BOUND + 96 * MiB  # 192 MiB
 PARTITIONS = 8
 BATCH_VALUE = 1_000_000
 FLOOD_CONNECTIONS = 4
 # What each sender may send at most: far more than the broker and the kernel's socket buffers
 # can take (tcp_rmem allows up to 32 MiB per connection here), so a sender that stops short
 # of it was stopped by TCP. Unsent bytes cost nothing.
-FLOOD_BYTES = 128 * MiB          # per (a) connection
-LARGE_FRAMES = 24                # (b): 8 MiB frames, 192 MiB
-STALLED_S = 2.0                  # a sender that moved nothing for this long is blocked
+FLOOD_BYTES = 128 * MiB  # per (a) connection
+LARGE_FRAMES = 24  # (b): 8 MiB frames, 192 MiB
+STALLED_S = 2.0  # a sender that moved nothing for this long is blocked
 
 
 def rss(pid: int) -> dict[str, int]:
@@ -95,8 +105,9 @@ def gauges(broker) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     names = ("shoal_request_memory_bytes", "shoal_connections_paused", "shoal_wal_inflight_bytes", "shoal_connections")
-    return {line.split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.split(" ")[0] in names}
+    return {
+        line.split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.split(" ")[0] in names
+    }
 
 
 def produce_frame(address: str, topic: str, partitions: list[int], value: bytes) -> bytes:
@@ -106,8 +117,12 @@ def produce_frame(address: str, topic: str, partitions: list[int], value: bytes)
     v = pick_version(api_versions(address), ProduceRequest, cap=9)
     P = ProduceRequest.TopicProduceData
     batch = build_batch([(None, value)])
-    request = ProduceRequest(transactional_id=None, acks=0, timeout_ms=30_000, topic_data=[P(
-        name=topic, partition_data=[P.PartitionProduceData(index=p, records=batch) for p in partitions])])
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=0,
+        timeout_ms=30_000,
+        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=p, records=batch) for p in partitions])],
+    )
     request.with_header(correlation_id=1, client_id="issue11-flood")
     return bytes(request.encode(version=v, header=True, framed=True))
 
@@ -136,7 +151,7 @@ class Sender(threading.Thread):
                 _, writable, _ = select.select([], [self.sock], [], 0.1)
                 if not writable:
                     continue
-                chunk = self.frame[position:position + min(MiB, self.total - self.sent)]
+                chunk = self.frame[position : position + min(MiB, self.total - self.sent)]
                 try:
                     n = self.sock.send(chunk)
                 except BlockingIOError:
@@ -172,9 +187,18 @@ class Witness:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         from confluent_kafka import Producer
+
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "message.timeout.ms": 120_000, "client.id": "issue11-witness"})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+                "client.id": "issue11-witness",
+            }
+        )
         self.acked: dict[bytes, tuple[int, int]] = {}
         self.errors: list[str] = []
         self.sent: list[Rec] = []
@@ -205,12 +229,15 @@ def stalling_broker(moto_server, tmp_path_factory):
 
     base = tmp_path_factory.mktemp("memory-bounds")
     with running_s3proxy(moto_server.port, log_path=base / "s3proxy.log") as proxy_port:
-        url = f"s3://{moto_server.bucket}/it-{uuid.uuid4().hex[:10]}?endpoint=http://127.0.0.1:{proxy_port}" \
-              "&region=us-east-1"
+        url = (
+            f"s3://{moto_server.bucket}/it-{uuid.uuid4().hex[:10]}?endpoint=http://127.0.0.1:{proxy_port}"
+            "&region=us-east-1"
+        )
         factory = _Factory(base)
         try:
-            broker = factory(extra_args=["--object-store", url,
-                                         *(a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}"))])
+            broker = factory(
+                extra_args=["--object-store", url, *(a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}"))]
+            )
             yield broker, s3proxy_stats(proxy_port)["pid"]
         finally:
             factory.close()
@@ -230,8 +257,9 @@ def run_floods(broker, proxy_pid: int) -> None:
     large = produce_frame(bs, flood_topic, list(range(PARTITIONS)), value)
     assert len(small) < 1.01 * MiB and 7.6 * MiB < len(large) <= LARGE_FRAME
     # Warm up every path the flood takes (and the client libraries), then take the baseline.
-    produce_kafka_python(bs, flood_topic, [Rec(p, None, b"warm", (), int(time.time() * 1000))
-                                           for p in range(PARTITIONS)], acks="all")
+    produce_kafka_python(
+        bs, flood_topic, [Rec(p, None, b"warm", (), int(time.time() * 1000)) for p in range(PARTITIONS)], acks="all"
+    )
     witness = Witness(bs, witness_topic)
     witness.send(10, "before")
     assert witness.flush(30) == 0 and len(witness.acked) == 10, witness.errors
@@ -262,16 +290,19 @@ def run_floods(broker, proxy_pid: int) -> None:
         last = samples[-1][1]
         for sender in senders:
             sender.finish()
-        assert not witness.acked.keys() - {f"before-{i}".encode() for i in range(10)}, \
+        assert not witness.acked.keys() - {f"before-{i}".encode() for i in range(10)}, (
             "a record was acknowledged while the object store could not have stored it"
+        )
 
     growth = peak - baseline
     max_pool = max(g.get("shoal_request_memory_bytes", 0) for _, g in samples)
     max_paused = max(g.get("shoal_connections_paused", 0) for _, g in samples)
-    print(f"\nRSS baseline {baseline / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, growth {growth / MiB:.0f} MiB "
-          f"(bound {RSS_BOUND / MiB:.0f} MiB); senders took {[round(s / MiB) for s in sent]} MiB of "
-          f"{attempted / MiB:.0f} MiB attempted; request memory max {max_pool / MiB:.1f} MiB, "
-          f"paused max {max_paused:.0f}; settled gauges {last}")
+    print(
+        f"\nRSS baseline {baseline / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, growth {growth / MiB:.0f} MiB "
+        f"(bound {RSS_BOUND / MiB:.0f} MiB); senders took {[round(s / MiB) for s in sent]} MiB of "
+        f"{attempted / MiB:.0f} MiB attempted; request memory max {max_pool / MiB:.1f} MiB, "
+        f"paused max {max_paused:.0f}; settled gauges {last}"
+    )
     assert not [s.error for s in senders if s.error], [s.error for s in senders]
     assert all(s.sent < s.total for s in senders), f"a sender got everything out: {sent}"
     assert last["shoal_connections_paused"] >= len(senders), last
@@ -287,10 +318,12 @@ def run_floods(broker, proxy_pid: int) -> None:
     assert sorted(r.value for r in got) == sorted(witness.acked), "acknowledged witness records missing"
     assert {r.value: (r.partition, r.offset) for r in got} == witness.acked
     # (that shoal_connections_paused also returns to 0: the test below, a known bug)
-    wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] == 0, 60, interval_s=0.2,
-               what="request memory released")
-    after = produce_kafka_python(bs, flood_topic, [Rec(0, None, b"after-the-stall", (), int(time.time() * 1000))],
-                                 acks="all")
+    wait_until(
+        lambda: gauges(broker)["shoal_request_memory_bytes"] == 0, 60, interval_s=0.2, what="request memory released"
+    )
+    after = produce_kafka_python(
+        bs, flood_topic, [Rec(0, None, b"after-the-stall", (), int(time.time() * 1000))], acks="all"
+    )
     versions = api_versions(bs)
     with RawConnection(bs, timeout_s=20) as conn:
         data = raw_fetch(conn, versions, flood_topic, 0, after[0], max_bytes=MiB)
@@ -308,10 +341,31 @@ def parked_fetch_frame(address: str, topic: str, max_wait_ms: int) -> bytes:
 
     v = pick_version(api_versions(address), FetchRequest, cap=12)
     T = FetchRequest.FetchTopic
-    request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=MiB, isolation_level=0,
-                           session_id=0, session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
-                               partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                               partition_max_bytes=MiB)])], forgotten_topics_data=[], rack_id="")
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=MiB,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    T.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=MiB,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     request.with_header(correlation_id=1, client_id="issue11-leaver")
     return bytes(request.encode(version=v, header=True, framed=True))
 
@@ -334,22 +388,36 @@ def test_a_client_gone_while_paused_is_not_counted_as_paused(stalling_broker):
             for sender in senders:
                 sender.start()
             wait_until(lambda: all(s.blocked() for s in senders), 60, interval_s=0.2, what="floods blocked")
-            wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] >= POOL, 30, interval_s=0.2,
-                       what="the request pool full")
+            wait_until(
+                lambda: gauges(broker)["shoal_request_memory_bytes"] >= POOL,
+                30,
+                interval_s=0.2,
+                what="the request pool full",
+            )
             before = gauges(broker)
             leaver = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
             leaver.sendall(fetch)
-            wait_until(lambda: gauges(broker)["shoal_connections_paused"] == before["shoal_connections_paused"] + 1,
-                       30, interval_s=0.1, what="the new connection paused (the pool is full)")
+            wait_until(
+                lambda: gauges(broker)["shoal_connections_paused"] == before["shoal_connections_paused"] + 1,
+                30,
+                interval_s=0.1,
+                what="the new connection paused (the pool is full)",
+            )
             leaver.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             leaver.close()  # RST: gone before the Fetch is answered
-            wait_until(lambda: gauges(broker)["shoal_connections"] == before["shoal_connections"], 30,
-                       interval_s=0.1, what="the broker noticing the connection is gone (when it answers)")
+            wait_until(
+                lambda: gauges(broker)["shoal_connections"] == before["shoal_connections"],
+                30,
+                interval_s=0.1,
+                what="the broker noticing the connection is gone (when it answers)",
+            )
             after = gauges(broker)
         finally:
             for sender in senders:
                 sender.finish()
-    wait_until(lambda: gauges(broker)["shoal_request_memory_bytes"] == 0, 60, interval_s=0.2,
-               what="request memory released")
-    assert after["shoal_connections_paused"] == before["shoal_connections_paused"], \
+    wait_until(
+        lambda: gauges(broker)["shoal_request_memory_bytes"] == 0, 60, interval_s=0.2, what="request memory released"
+    )
+    assert after["shoal_connections_paused"] == before["shoal_connections_paused"], (
         f"a connection that ended is still counted as paused: before {before}, after {after}"
+    )

@@ -24,8 +24,7 @@ import pytest
 
 from walfiles.format import read_object
 
-from .clients import (RawConnection, Rec, api_versions, create_topic, decode_records, pick_version,
-                      produce_kafka_python)
+from .clients import RawConnection, Rec, api_versions, create_topic, decode_records, pick_version, produce_kafka_python
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +37,12 @@ def s3_bucket(moto_server):
     import boto3
     from botocore.config import Config
 
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{moto_server.port}", region_name="us-east-1",
-                          config=Config(retries={"max_attempts": 2}))
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{moto_server.port}",
+        region_name="us-east-1",
+        config=Config(retries={"max_attempts": 2}),
+    )
     yield moto_server.bucket, client
     client.close()
 
@@ -62,12 +65,27 @@ def fetch_many(address: str, wanted: dict[tuple[str, int], int]) -> dict[tuple[s
     T = FetchRequest.FetchTopic
     topics: dict[str, list] = {}
     for (topic, partition), offset in wanted.items():
-        topics.setdefault(topic, []).append(T.FetchPartition(
-            partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
-            partition_max_bytes=1 << 20))
-    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=16 << 20, isolation_level=0,
-                           session_id=0, session_epoch=-1, topics=[T(topic=t, partitions=ps) for t, ps in topics.items()],
-                           forgotten_topics_data=[], rack_id="")
+        topics.setdefault(topic, []).append(
+            T.FetchPartition(
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 20,
+            )
+        )
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=16 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[T(topic=t, partitions=ps) for t, ps in topics.items()],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     with RawConnection(address, timeout_s=20) as conn:
         response = conn.request(request, v, timeout_s=20)
     assert response.error_code == 0, f"Fetch failed as a whole: error {response.error_code}"
@@ -78,8 +96,9 @@ def test_missing_wal_object_fails_only_its_partition(broker_factory, moto_server
     bucket, s3 = s3_bucket
     prefix = f"it-{uuid.uuid4().hex[:10]}"
     url = f"s3://{bucket}/{prefix}?endpoint=http://127.0.0.1:{moto_server.port}&region=us-east-1"
-    broker = broker_factory(extra_args=["--object-store", url, "--set", "wal.linger.ms=50",
-                                        "--set", "cache.max.bytes=0"])
+    broker = broker_factory(
+        extra_args=["--object-store", url, "--set", "wal.linger.ms=50", "--set", "cache.max.bytes=0"]
+    )
     bs = broker.bootstrap
     classic, diskless = f"mw-classic-{uuid.uuid4().hex[:6]}", f"mw-diskless-{uuid.uuid4().hex[:6]}"
     create_topic(bs, classic, 1, configs={"diskless.enable": "false"})
@@ -120,16 +139,24 @@ def test_missing_wal_object_fails_only_its_partition(broker_factory, moto_server
         assert [r.value for r in decode_records(at_hole[tp].records)] == expected[tp], tp
     from_start = fetch_many(bs, {(diskless, 0): 0, (classic, 0): 0})
     assert from_start[(diskless, 0)].error_code == 0
-    assert [r.value for r in decode_records(from_start[(diskless, 0)].records)] == \
-        [r.value for r in records("before-p0", 20, 0)], "the batches before the missing one are served"
+    assert [r.value for r in decode_records(from_start[(diskless, 0)].records)] == [
+        r.value for r in records("before-p0", 20, 0)
+    ], "the batches before the missing one are served"
 
     # A consumer over all five partitions: everything flows but partition 0 past the hole,
     # including records produced while it reads.
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bs, "group.id": f"mw-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 100,
-                         "client.id": "issue11-missing-wal"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"mw-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100,
+            "client.id": "issue11-missing-wal",
+        }
+    )
     consumer.assign([TopicPartition(t, p, 0) for t, p in healthy + [(diskless, 0)]])
     got: dict[tuple[str, int], list[tuple[int, bytes]]] = {tp: [] for tp in healthy + [(diskless, 0)]}
     errors: list[str] = []
@@ -159,8 +186,9 @@ def test_missing_wal_object_fails_only_its_partition(broker_factory, moto_server
     for tp in healthy:
         assert [v for _o, v in got[tp]] == expected[tp], f"{tp}: not every record, or not once, in order"
         assert [o for o, _v in got[tp]] == list(range(len(expected[tp])))
-    assert got[(diskless, 0)] == [(i, f"before-p0-{i}".encode()) for i in range(20)], \
+    assert got[(diskless, 0)] == [(i, f"before-p0-{i}".encode()) for i in range(20)], (
         "partition 0: exactly the records before the missing object"
+    )
     print(f"consumer errors reported: {errors[:3]} ({len(errors)})")
     assert broker.running()
     again = fetch_many(bs, {(diskless, 0): 30, (classic, 0): 0})

@@ -37,17 +37,17 @@ from .test_cluster import create
 
 pytestmark = pytest.mark.integration
 
-THRESHOLD = 20                 # offsets.topic.compaction.min.records
-MIN_ROUNDS = 3 * THRESHOLD     # commits before the test may stop: several compactions behind it
-MAX_ROUNDS = MIN_ROUNDS + 60   # it stops at the first compaction after MIN_ROUNDS, well before this
-RECORDS = MAX_ROUNDS + 10      # per partition: every committed offset is inside the log
+THRESHOLD = 20  # offsets.topic.compaction.min.records
+MIN_ROUNDS = 3 * THRESHOLD  # commits before the test may stop: several compactions behind it
+MAX_ROUNDS = MIN_ROUNDS + 60  # it stops at the first compaction after MIN_ROUNDS, well before this
+RECORDS = MAX_ROUNDS + 10  # per partition: every committed offset is inside the log
 PARTITIONS = 8
 # Round at which each partition is committed for the first time; None: one of the late ones,
 # committed first after MIN_ROUNDS (one per round), i.e. after several compactions.
 FIRST_ROUND = {0: 0, 1: 0, 2: 0, 3: 9, 4: 33, 5: None, 6: None, 7: None}
 SETTINGS = {
     "offsets.topic.compaction.min.records": str(THRESHOLD),
-    "offsets.topic.num.partitions": "5",          # fewer internal partitions: lighter brokers
+    "offsets.topic.num.partitions": "5",  # fewer internal partitions: lighter brokers
     "group.initial.rebalance.delay.ms": "0",
 }
 COMPACTED = b"compacted __consumer_offsets-"
@@ -63,15 +63,22 @@ class Committer:
         from confluent_kafka import Consumer
 
         self.topic = topic
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                                  "client.id": "issue11-committer"})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "client.id": "issue11-committer",
+            }
+        )
         self.round = after.round if after else 0
         self.acked: dict[int, int] = dict(after.acked) if after else {}
         self._late = list(after._late) if after else [p for p, first in FIRST_ROUND.items() if first is None]
 
     def partitions_of_round(self, i: int) -> list[int]:
-        chosen = [p for p, first in FIRST_ROUND.items()
-                  if first is not None and i >= first and (i - first) % (1 + p % 3) == 0]
+        chosen = [
+            p for p, first in FIRST_ROUND.items() if first is not None and i >= first and (i - first) % (1 + p % 3) == 0
+        ]
         chosen += [p for p in FIRST_ROUND if FIRST_ROUND[p] is None and p in self.acked]  # late ones, once begun
         if i >= MIN_ROUNDS and self._late:
             chosen.append(self._late.pop(0))  # committed for the first time now
@@ -84,8 +91,9 @@ class Committer:
         i = self.round
         partitions = self.partitions_of_round(i)
         offsets = {p: i + 1 + p % 3 for p in partitions}  # increasing per partition, < RECORDS
-        result = self.consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
-                                      asynchronous=False)
+        result = self.consumer.commit(
+            offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()], asynchronous=False
+        )
         failed = [(tp.partition, tp.error) for tp in result if tp.error is not None]
         assert not failed, f"round {i}: commit refused for {failed}"
         assert sorted(tp.partition for tp in result) == partitions
@@ -105,8 +113,9 @@ def compactions(log_path) -> int:
     return log_path.read_bytes().count(COMPACTED)
 
 
-def commit_until_compaction(committer: Committer, log_path, *, then_stop: bool = True,
-                            at_least: int = MIN_ROUNDS) -> int:
+def commit_until_compaction(
+    committer: Committer, log_path, *, then_stop: bool = True, at_least: int = MIN_ROUNDS
+) -> int:
     """Commit at least `at_least` rounds and until every partition has been committed, then
     stop right after the first acknowledged commit that compacted (`then_stop`), or after one
     that did not. Returns the number of compactions seen during these rounds."""
@@ -125,8 +134,14 @@ def committed(bootstrap: str, group: str, topic: str, timeout_s: float = 10) -> 
     """OffsetFetch (confluent-kafka `committed()`): partition -> committed offset (absent if none)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                       "client.id": "issue11-offset-reader"})
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "client.id": "issue11-offset-reader",
+        }
+    )
     try:
         got = reader.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=timeout_s)
     finally:
@@ -155,16 +170,25 @@ def find_coordinator(address: str, group: str) -> int:
     return answer.node_id if answer.error_code == 0 else -1
 
 
-def resume_in_group(bootstrap: str, group: str, topic: str, expected_start: dict[int, int],
-                    timeout_s: float = 60) -> None:
+def resume_in_group(
+    bootstrap: str, group: str, topic: str, expected_start: dict[int, int], timeout_s: float = 60
+) -> None:
     """A consumer joins the group with auto.offset.reset=error and reads to the end of every
     partition: each partition starts exactly at its committed offset and is read densely to
     the end, and no offset reset (nor any other error) is reported."""
     from confluent_kafka import Consumer, KafkaError
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "error", "enable.partition.eof": False,
-                         "client.id": "issue11-resumer", "session.timeout.ms": 10_000})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+            "client.id": "issue11-resumer",
+            "session.timeout.ms": 10_000,
+        }
+    )
     read: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
     errors: list[str] = []
     try:
@@ -184,19 +208,23 @@ def resume_in_group(bootstrap: str, group: str, topic: str, expected_start: dict
     for p, offsets in read.items():
         start = expected_start[p]
         assert offsets[:1] == [start], f"partition {p}: resumed at {offsets[:1]}, committed offset {start}"
-        assert offsets == list(range(start, RECORDS)), \
+        assert offsets == list(range(start, RECORDS)), (
             f"partition {p}: read {len(offsets)} offsets from {start}, not exactly {start}..{RECORDS - 1}"
+        )
 
 
 def produce_everywhere(bootstrap: str, topic: str) -> None:
     from .clients import Rec
-    recs = [Rec(p, None, b"%d-%d" % (p, i), (), int(time.time() * 1000)) for i in range(RECORDS)
-            for p in range(PARTITIONS)]
+
+    recs = [
+        Rec(p, None, b"%d-%d" % (p, i), (), int(time.time() * 1000)) for i in range(RECORDS) for p in range(PARTITIONS)
+    ]
     offsets = produce_confluent(bootstrap, topic, recs, acks="all")
     assert sorted(offsets)[-1] == RECORDS - 1
 
 
 # -- single broker -------------------------------------------------------------------------------
+
 
 def test_offsets_past_compaction_survive_kill9_of_a_single_broker(broker_factory):
     broker = broker_factory(extra_args=[arg for k, v in SETTINGS.items() for arg in ("--set", f"{k}={v}")])
@@ -233,6 +261,7 @@ def test_offsets_past_compaction_survive_kill9_of_a_single_broker(broker_factory
 
 # -- 3 brokers: the coordinator dies --------------------------------------------------------------
 
+
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[DevCluster]:
     require_etcd_binary()
@@ -244,8 +273,12 @@ def test_offsets_past_compaction_survive_kill9_of_the_coordinator(cluster: DevCl
     topic, group = "ofc-rf3", f"ofc-g-{uuid.uuid4().hex[:8]}"
     create(cluster, topic, [[p % 3, (p + 1) % 3, (p + 2) % 3] for p in range(PARTITIONS)])
     produce_everywhere(cluster.bootstrap, topic)
-    wait_until(lambda: find_coordinator(cluster.broker(0).bootstrap, group) >= 0, 30, interval_s=0.25,
-               what="a coordinator for the group")
+    wait_until(
+        lambda: find_coordinator(cluster.broker(0).bootstrap, group) >= 0,
+        30,
+        interval_s=0.25,
+        what="a coordinator for the group",
+    )
     coordinator = find_coordinator(cluster.broker(0).bootstrap, group)
     log_path = cluster.broker(coordinator).log_path
 
@@ -257,16 +290,27 @@ def test_offsets_past_compaction_survive_kill9_of_the_coordinator(cluster: DevCl
     finally:
         committer.close()
     assert seen >= 3, f"only {seen} compactions in {committer.round} commits"
-    print(f"killed coordinator {coordinator} after commit round {committer.round} ({seen} compactions): "
-          f"{committer.acked}")
+    print(
+        f"killed coordinator {coordinator} after commit round {committer.round} ({seen} compactions): {committer.acked}"
+    )
 
     survivors = [n for n in range(3) if n != coordinator]
     bootstrap = ",".join(cluster.broker(n).bootstrap for n in survivors)
-    wait_until(lambda: find_coordinator(cluster.broker(survivors[0]).bootstrap, group) in survivors, 60,
-               interval_s=0.25, what="a new coordinator")
-    [answer] = wait_until(lambda: try_committed(bootstrap, group, topic), 60, interval_s=0.25,
-                          what="OffsetFetch answered by the new coordinator")
-    print(f"new coordinator {find_coordinator(cluster.broker(survivors[0]).bootstrap, group)} answered "
-          f"{time.monotonic() - killed_at:.1f}s after the kill")
+    wait_until(
+        lambda: find_coordinator(cluster.broker(survivors[0]).bootstrap, group) in survivors,
+        60,
+        interval_s=0.25,
+        what="a new coordinator",
+    )
+    [answer] = wait_until(
+        lambda: try_committed(bootstrap, group, topic),
+        60,
+        interval_s=0.25,
+        what="OffsetFetch answered by the new coordinator",
+    )
+    print(
+        f"new coordinator {find_coordinator(cluster.broker(survivors[0]).bootstrap, group)} answered "
+        f"{time.monotonic() - killed_at:.1f}s after the kill"
+    )
     assert answer == committer.acked, "the new coordinator lost or changed acknowledged offsets"
     resume_in_group(bootstrap, group, topic, committer.acked)

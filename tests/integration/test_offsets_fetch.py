@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from .clients import (LIST_OFFSETS, RawConnection, api_versions, build_batch, create_topic,
-                      decode_records, raw_fetch, raw_produce, unique_topic)
+from .clients import (
+    LIST_OFFSETS,
+    RawConnection,
+    api_versions,
+    build_batch,
+    create_topic,
+    decode_records,
+    raw_fetch,
+    raw_produce,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -32,13 +41,13 @@ def ts_topic(module_broker):
 
 # target timestamp -> expected (offset, timestamp of that record) or None
 TS_CASES = {
-    BASE_TS - 1: (0, BASE_TS),                    # before everything: first record
-    BASE_TS: (0, BASE_TS),                        # exact match on the first record
-    BASE_TS + 25: (3, BASE_TS + 30),              # inside the first batch: a record, not the batch
-    BASE_TS + 40: (4, BASE_TS + 40),              # last record of a batch
-    BASE_TS + 41: (5, BASE_TS + 1000),            # between batches: first record of the next one
-    BASE_TS + 2035: (14, BASE_TS + 2040),         # inside the last batch
-    BASE_TS + 2041: None,                         # after everything: -1 on the wire
+    BASE_TS - 1: (0, BASE_TS),  # before everything: first record
+    BASE_TS: (0, BASE_TS),  # exact match on the first record
+    BASE_TS + 25: (3, BASE_TS + 30),  # inside the first batch: a record, not the batch
+    BASE_TS + 40: (4, BASE_TS + 40),  # last record of a batch
+    BASE_TS + 41: (5, BASE_TS + 1000),  # between batches: first record of the next one
+    BASE_TS + 2035: (14, BASE_TS + 2040),  # inside the last batch
+    BASE_TS + 2041: None,  # after everything: -1 on the wire
 }
 
 
@@ -54,7 +63,7 @@ def test_list_offsets(module_broker, ts_topic, client):
             assert actual == expected, f"ts {ts}: got {actual}, expected {expected}"
         else:
             assert actual[0] == expected[0], f"ts {ts}: offset {actual[0]}, expected {expected[0]}"
-            if actual[1] is not None:                 # librdkafka does not expose it
+            if actual[1] is not None:  # librdkafka does not expose it
                 assert actual[1] == expected[1], f"ts {ts}: timestamp {actual[1]}"
 
 
@@ -97,7 +106,7 @@ def test_fetch_out_of_range(module_broker, ts_topic):
     exactly at the log end is not (it parks/returns empty)."""
     versions = api_versions(module_broker.bootstrap)
     with RawConnection(module_broker.bootstrap) as conn:
-        assert raw_fetch(conn, versions, ts_topic, 0, 16).error_code == 1   # OFFSET_OUT_OF_RANGE
+        assert raw_fetch(conn, versions, ts_topic, 0, 16).error_code == 1  # OFFSET_OUT_OF_RANGE
         at_end = raw_fetch(conn, versions, ts_topic, 0, 15, max_wait_ms=0)
     assert at_end.error_code == 0 and decode_records(at_end.records) == []
 

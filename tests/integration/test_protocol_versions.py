@@ -35,6 +35,7 @@ def _read_frame(sock: socket.socket) -> bytes:
                 raise ConnectionError("broker closed the connection")
             data += chunk
         return data
+
     (size,) = struct.unpack(">i", exactly(4))
     return exactly(size)
 
@@ -49,11 +50,12 @@ def _exchange(port: int, api_key: int, version: int, request) -> object:  # type
     assert correlation_id == 4242
     response_cls = RESPONSE_CLASSES[api_key]
     flexible_header = response_cls.flexible_version_q(version) and api_key != 18
-    body = frame[5 if flexible_header else 4:]
+    body = frame[5 if flexible_header else 4 :]
     response = response_cls.decode(body, version=version)
     response._header = None  # kafka-python 3.0 encodes a decoded message only once this is set
-    assert bytes(response.encode(version=version)) == body, \
+    assert bytes(response.encode(version=version)) == body, (
         f"API {api_key} v{version}: the response is not exactly a v{version} {response_cls.__name__}"
+    )
     return response
 
 

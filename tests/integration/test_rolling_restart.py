@@ -49,11 +49,11 @@ AZS = ("az1", "az2", "az3")
 TOPIC = "roll"
 PARTITIONS = 6
 REPLICAS = [[p % 3, (p + 1) % 3, (p + 2) % 3] for p in range(PARTITIONS)]
-RATE = 100                  # records/s per producer (one producer per AZ)
-MAX_RECORDS = 30_000        # per producer: a bound on the volume whatever happens
+RATE = 100  # records/s per producer (one producer per AZ)
+MAX_RECORDS = 30_000  # per producer: a bound on the volume whatever happens
 PADDING = b"." * 100
-PROGRESS = 100              # records each producer and consumer must move between restarts
-SETTLE_S = 120              # generous: this machine has 2 shared cores
+PROGRESS = 100  # records each producer and consumer must move between restarts
+SETTLE_S = 120  # generous: this machine has 2 shared cores
 
 
 class SpuriousTruncation(AssertionError):
@@ -64,8 +64,13 @@ class SpuriousTruncation(AssertionError):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[DevCluster]:
     require_etcd_binary()
-    with DevCluster(3, 3, stateless_per_az=1, work_dir=tmp_path_factory.mktemp("roll") / "cluster",
-                    settings={"leader.imbalance.check.interval.seconds": "1"}) as running:
+    with DevCluster(
+        3,
+        3,
+        stateless_per_az=1,
+        work_dir=tmp_path_factory.mktemp("roll") / "cluster",
+        settings={"leader.imbalance.check.interval.seconds": "1"},
+    ) as running:
         create(running, TOPIC, REPLICAS)
         yield running
 
@@ -81,9 +86,16 @@ class PacedProducer(threading.Thread):
         from confluent_kafka import Producer
 
         self.az = az
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_by_az[az], "client.id": f"roll,shoal_az={az}",
-                                  "enable.idempotence": True, "acks": "all", "linger.ms": 20,
-                                  "message.timeout.ms": 180_000})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_by_az[az],
+                "client.id": f"roll,shoal_az={az}",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 20,
+                "message.timeout.ms": 180_000,
+            }
+        )
         self.acked: dict[int, list[tuple[int, int]]] = defaultdict(list)
         self.errors: list[str] = []
         self.sent = 0
@@ -100,8 +112,12 @@ class PacedProducer(threading.Thread):
                 time.sleep(ahead)
             while True:
                 try:
-                    self.producer.produce(TOPIC, value=f"{self.az}-{seq}:".encode() + PADDING,
-                                          partition=seq % PARTITIONS, on_delivery=self._delivered(seq))
+                    self.producer.produce(
+                        TOPIC,
+                        value=f"{self.az}-{seq}:".encode() + PADDING,
+                        partition=seq % PARTITIONS,
+                        on_delivery=self._delivered(seq),
+                    )
                     break
                 except BufferError:
                     self.producer.poll(0.05)
@@ -116,6 +132,7 @@ class PacedProducer(threading.Thread):
                     self.errors.append(str(err))
                 else:
                     self.acked[msg.partition()].append((seq, msg.offset()))
+
         return callback
 
     def count(self) -> int:
@@ -144,10 +161,19 @@ class TailingConsumer(threading.Thread):
         self.errors: list[str] = []
         self.resets: list[str] = []
         self.truncations: list[str] = []
-        self.consumer = Consumer({
-            "bootstrap.servers": cluster.bootstrap_by_az[az], "client.id": f"tail,shoal_az={az}", "client.rack": az,
-            "group.id": f"tail-{az}", "enable.auto.commit": False, "auto.offset.reset": "error",
-            "enable.partition.eof": False, "fetch.wait.max.ms": 200, "error_cb": self._client_error})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_by_az[az],
+                "client.id": f"tail,shoal_az={az}",
+                "client.rack": az,
+                "group.id": f"tail-{az}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 200,
+                "error_cb": self._client_error,
+            }
+        )
         self.consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         self.got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
         self.epochs: dict[int, list[int | None]] = defaultdict(list)  # leader epoch of each record read
@@ -173,15 +199,18 @@ class TailingConsumer(threading.Thread):
                         if error is None:
                             self.got[message.partition()].append((message.offset(), message.value()))
                             self.epochs[message.partition()].append(message.leader_epoch())
-                        elif error.code() == KafkaError._AUTO_OFFSET_RESET and \
-                                "log truncation detected" in error.str():
+                        elif error.code() == KafkaError._AUTO_OFFSET_RESET and "log truncation detected" in error.str():
                             p = message.partition()
                             tail = [(o, e) for (o, _v), e in zip(self.got[p][-3:], self.epochs[p][-3:])]
                             self.truncations.append(f"partition {p}: {error.str()}; last read (offset, epoch) {tail}")
                             # librdkafka refuses to seek a partition in this state: assign every
                             # partition again, each at the offset after the last record read
-                            self.consumer.assign([TopicPartition(TOPIC, q, self.got[q][-1][0] + 1 if self.got[q] else 0)
-                                                  for q in range(PARTITIONS)])
+                            self.consumer.assign(
+                                [
+                                    TopicPartition(TOPIC, q, self.got[q][-1][0] + 1 if self.got[q] else 0)
+                                    for q in range(PARTITIONS)
+                                ]
+                            )
                             reassigned = True
                         elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                             self.resets.append(f"partition {message.partition()}: {error}")
@@ -209,20 +238,29 @@ def log_ends(cluster: DevCluster) -> dict[int, int]:
 
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "roll-ends", "client.id": "roll-ends"})
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=15, cached=False)[1]
-                for p in range(PARTITIONS)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=15, cached=False)[1]
+            for p in range(PARTITIONS)
+        }
     finally:
         consumer.close()
 
 
-def settled(cluster: DevCluster, producers: list[PacedProducer], consumers: list[TailingConsumer],
-            what: str) -> None:
+def settled(cluster: DevCluster, producers: list[PacedProducer], consumers: list[TailingConsumer], what: str) -> None:
     """Full ISR and preferred leaders for every partition, then PROGRESS more records
     acknowledged by every producer and read by every consumer."""
-    wait_until(lambda: all(stored_state(cluster, TOPIC, p)[1] == [0, 1, 2] for p in range(PARTITIONS)), SETTLE_S,
-               interval_s=0.5, what=f"{what}: every partition back in full ISR")
-    wait_until(lambda: all(leader_of(cluster, TOPIC, p) == REPLICAS[p][0] for p in range(PARTITIONS)), SETTLE_S,
-               interval_s=0.5, what=f"{what}: preferred leaders again")
+    wait_until(
+        lambda: all(stored_state(cluster, TOPIC, p)[1] == [0, 1, 2] for p in range(PARTITIONS)),
+        SETTLE_S,
+        interval_s=0.5,
+        what=f"{what}: every partition back in full ISR",
+    )
+    wait_until(
+        lambda: all(leader_of(cluster, TOPIC, p) == REPLICAS[p][0] for p in range(PARTITIONS)),
+        SETTLE_S,
+        interval_s=0.5,
+        what=f"{what}: preferred leaders again",
+    )
     base = {c.name: c.count() for c in [*producers, *consumers]}
 
     def moving() -> bool:
@@ -254,11 +292,19 @@ def test_rolling_restart_with_stateless_brokers_loses_and_resets_nothing(cluster
                 cluster.restart(node)
             else:  # a crash that lasts: the partitions go on without it, so it comes back behind
                 cluster.kill(node)
-                wait_until(lambda: all(node not in stored_state(cluster, TOPIC, p)[1] for p in range(PARTITIONS)),
-                           SETTLE_S, interval_s=0.5, what=f"broker {node} out of every ISR")
+                wait_until(
+                    lambda: all(node not in stored_state(cluster, TOPIC, p)[1] for p in range(PARTITIONS)),
+                    SETTLE_S,
+                    interval_s=0.5,
+                    what=f"broker {node} out of every ISR",
+                )
                 base = {p.name: p.count() for p in producers}
-                wait_until(lambda: all(p.count() >= base[p.name] + PROGRESS for p in producers), SETTLE_S,
-                           interval_s=0.2, what=f"producers going on without broker {node}")
+                wait_until(
+                    lambda: all(p.count() >= base[p.name] + PROGRESS for p in producers),
+                    SETTLE_S,
+                    interval_s=0.2,
+                    what=f"producers going on without broker {node}",
+                )
                 broker.start()
             what = f"{'restart' if graceful else 'kill -9'} of broker {node} ({'stateless' if broker.stateless else 'data'}, {broker.az})"
             settled(cluster, producers, consumers, what)
@@ -271,43 +317,56 @@ def test_rolling_restart_with_stateless_brokers_loses_and_resets_nothing(cluster
             assert not producer.errors, f"{producer.az}: {producer.errors[:3]}"
             assert producer.count() == producer.sent
         ends = log_ends(cluster)  # every stored record is checked below to be an acknowledged one
-        wait_until(lambda: all(c.reached(ends) for c in consumers), SETTLE_S, interval_s=0.2,
-                   what="every consumer at the end of every partition")
+        wait_until(
+            lambda: all(c.reached(ends) for c in consumers),
+            SETTLE_S,
+            interval_s=0.2,
+            what="every consumer at the end of every partition",
+        )
         time.sleep(1.0)  # anything read twice would show up now
     finally:
         for consumer in consumers:
             consumer.finish()
-    print(f"produced {sum(p.sent for p in producers)} records; consumer errors (retriable, reported only): "
-          f"{ {c.az: c.errors[:2] for c in consumers} }")
+    print(
+        f"produced {sum(p.sent for p in producers)} records; consumer errors (retriable, reported only): "
+        f"{ {c.az: c.errors[:2] for c in consumers} }"
+    )
 
     assert not [r for c in consumers for r in c.resets], [r for c in consumers for r in c.resets][:5]
     reference = consumers[0].got
     for consumer in consumers:
         for p in range(PARTITIONS):
             offsets = [o for o, _v in consumer.got[p]]
-            assert offsets == list(range(ends[p])), \
-                f"{consumer.az} partition {p}: not exactly offsets 0..{ends[p] - 1} once each, in order " \
+            assert offsets == list(range(ends[p])), (
+                f"{consumer.az} partition {p}: not exactly offsets 0..{ends[p] - 1} once each, in order "
                 f"({len(offsets)} read, {len(offsets) - len(set(offsets))} duplicates)"
+            )
             assert consumer.got[p] == reference[p], f"{consumer.az} partition {p}: read other records than az1"
     for p in range(PARTITIONS):
         stored = dict(reference[p])
         for producer in producers:
             prefix = f"{producer.az}-".encode()
-            seqs = [int(v[len(prefix):v.index(b":")]) for _o, v in reference[p] if v.startswith(prefix)]
+            seqs = [int(v[len(prefix) : v.index(b":")]) for _o, v in reference[p] if v.startswith(prefix)]
             out_of_place = [(i, a, b) for i, (a, b) in enumerate(zip(seqs, seqs[1:])) if b <= a]
-            assert not out_of_place, f"partition {p}, {producer.az}: duplicated or reordered at " \
-                f"{[(i, seqs[max(i - 2, 0):i + 4]) for i, _a, _b in out_of_place[:5]]}"
-            assert seqs == sorted(s for s, _o in producer.acked[p]), \
+            assert not out_of_place, (
+                f"partition {p}, {producer.az}: duplicated or reordered at "
+                f"{[(i, seqs[max(i - 2, 0) : i + 4]) for i, _a, _b in out_of_place[:5]]}"
+            )
+            assert seqs == sorted(s for s, _o in producer.acked[p]), (
                 f"partition {p}, {producer.az}: stored records are not exactly the acknowledged ones"
+            )
             for seq, offset in producer.acked[p]:
                 if offset is None:  # librdkafka: persisted (a later batch succeeded), its own answer lost
                     continue
-                assert stored[offset].startswith(f"{producer.az}-{seq}:".encode()), \
+                assert stored[offset].startswith(f"{producer.az}-{seq}:".encode()), (
                     f"partition {p}: acknowledged {producer.az}-{seq} is not at offset {offset}"
+                )
     truncations = [f"{c.az}: {t}" for c in consumers for t in c.truncations]
     if truncations:
-        raise SpuriousTruncation(f"{len(truncations)} log truncation(s) reported although every record was read "
-                                 f"exactly once: {truncations[:3]}")
+        raise SpuriousTruncation(
+            f"{len(truncations)} log truncation(s) reported although every record was read "
+            f"exactly once: {truncations[:3]}"
+        )
 
 
 def fetch_error(address: str, partition: int, current_leader_epoch: int) -> int:
@@ -318,11 +377,31 @@ def fetch_error(address: str, partition: int, current_leader_epoch: int) -> int:
 
     v = pick_version(api_versions(address), FetchRequest, cap=12)
     T = FetchRequest.FetchTopic
-    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                           session_id=0, session_epoch=-1, topics=[T(topic=TOPIC, partitions=[T.FetchPartition(
-                               partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=0,
-                               log_start_offset=-1, partition_max_bytes=1 << 20)])],
-                           forgotten_topics_data=[], rack_id="")
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(
+                topic=TOPIC,
+                partitions=[
+                    T.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=current_leader_epoch,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     with RawConnection(address, timeout_s=15) as conn:
         return conn.request(request, v, timeout_s=15).responses[0].partitions[0].error_code
 
@@ -335,15 +414,24 @@ def test_fetch_through_a_stateless_broker_fences_stale_leader_epochs(cluster: De
 
     if stored_state(cluster, TOPIC, 0)[2] == 0:  # run alone: make a leader change first
         cluster.restart(0)
-        wait_until(lambda: stored_state(cluster, TOPIC, 0)[1] == [0, 1, 2] and leader_of(cluster, TOPIC, 0) == 0,
-                   SETTLE_S, interval_s=0.5, what="broker 0 leading partition 0 again")
+        wait_until(
+            lambda: stored_state(cluster, TOPIC, 0)[1] == [0, 1, 2] and leader_of(cluster, TOPIC, 0) == 0,
+            SETTLE_S,
+            interval_s=0.5,
+            what="broker 0 leading partition 0 again",
+        )
     epoch = stored_state(cluster, TOPIC, 0)[2]
     assert epoch > 0
-    answers = {node: (fetch_error(cluster.broker(node).bootstrap, 0, epoch - 1),
-                      fetch_error(cluster.broker(node).bootstrap, 0, epoch + 5),
-                      fetch_error(cluster.broker(node).bootstrap, 0, epoch))
-               for node in range(len(cluster.brokers))}
+    answers = {
+        node: (
+            fetch_error(cluster.broker(node).bootstrap, 0, epoch - 1),
+            fetch_error(cluster.broker(node).bootstrap, 0, epoch + 5),
+            fetch_error(cluster.broker(node).bootstrap, 0, epoch),
+        )
+        for node in range(len(cluster.brokers))
+    }
     expected = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NONE)
     assert all(answers[node] == expected for node in range(3)), f"data brokers: {answers}"
-    assert all(answers[node] == expected for node in range(3, 6)), \
+    assert all(answers[node] == expected for node in range(3, 6)), (
         f"(stale, future, current epoch) -> error codes by broker: {answers}"
+    )

@@ -29,8 +29,9 @@ RATE = 300  # records per second, round-robin over the partitions
 @pytest.fixture
 def proxied_broker(broker_factory, moto_server, tmp_path):
     with contextlib.ExitStack() as stack:
-        port = stack.enter_context(running_s3proxy(moto_server.port, log_path=tmp_path / "s3proxy.log",
-                                                   delay_ms={"PUT": 20, "GET": 10}))
+        port = stack.enter_context(
+            running_s3proxy(moto_server.port, log_path=tmp_path / "s3proxy.log", delay_ms={"PUT": 20, "GET": 10})
+        )
         url = f"s3://{moto_server.bucket}/{unique_topic('untuned')}?endpoint=http://127.0.0.1:{port}&region=us-east-1"
         broker = broker_factory("broker", extra_args=["--object-store", url])  # every broker setting at its default
         stack.callback(broker.stop)

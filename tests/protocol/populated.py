@@ -8,8 +8,13 @@ import random
 import uuid
 from typing import Any
 
-INT_RANGES = {"int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
-              "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+INT_RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "uint16": (0, 2**16 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
 UNICODE = "abcXYZ019-_.éß💡"
 
 
@@ -77,8 +82,11 @@ def same(original: Any, decoded: Any) -> bool:
     if isinstance(decoded, dict):
         return isinstance(original, dict) and all(k in original and same(original[k], v) for k, v in decoded.items())
     if isinstance(decoded, list):
-        return isinstance(original, list) and len(original) == len(decoded) and \
-            all(same(a, b) for a, b in zip(original, decoded))
+        return (
+            isinstance(original, list)
+            and len(original) == len(decoded)
+            and all(same(a, b) for a, b in zip(original, decoded))
+        )
     return original == decoded
 
 
@@ -92,7 +100,8 @@ def non_nullable_paths(struct: Any, version: int, path: tuple[str, ...] = ()) ->
         here = (*path, field.name)
         if field.is_struct() and not field.is_struct_array():
             out += non_nullable_paths(field, version, here)
-        if not field.nullable_for_version_q(version) and \
-                (field.is_array() or field.type_str in ("string", "bytes", "records")):
+        if not field.nullable_for_version_q(version) and (
+            field.is_array() or field.type_str in ("string", "bytes", "records")
+        ):
             out.append(here)
     return out

@@ -8,9 +8,15 @@ from broker.protocol import batch as b
 
 
 def build(count: int = 3, codec: int = 0, base_ts: int = 1_000, producer_id: int = -1, seq: int = -1) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
-                                        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
-                                        base_sequence=seq, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=seq,
+        batch_size=1 << 20,
+    )
     for i in range(count):
         builder.append(i, timestamp=base_ts + i, key=b"k%d" % i, value=b"v" * (200 + i), headers=[("h", b"x")])
     return bytes(builder.build())
@@ -31,7 +37,7 @@ def test_split_and_patch_keep_crc() -> None:
     found = list(b.split_batches(memoryview(blob)))
     assert [h.records_count for _, h in found] == [3, 5]
     pos, header = found[1]
-    view = memoryview(blob)[pos:pos + header.size]
+    view = memoryview(blob)[pos : pos + header.size]
     b.set_base_offset(view, 42)
     b.set_leader_epoch(view, 9)
     patched = b.parse_header(view)
@@ -82,7 +88,7 @@ def expected_split(data: bytes) -> tuple[list[int], str | None]:
             return positions, "magic"
         if left < b.BATCH_HEADER_SIZE:
             return positions, "format"
-        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
         if length < b.BATCH_HEADER_SIZE - b.LOG_OVERHEAD or pos + b.LOG_OVERHEAD + length > len(data):
             return positions, "format"
         positions.append(pos)
@@ -100,13 +106,13 @@ def mutated_blobs(draw):  # type: ignore[no-untyped-def]
         kind = draw(st.sampled_from(["length", "magic", "cut", "append"]))
         at = draw(st.sampled_from(starts))
         if kind == "length" and at + 12 <= len(blob):
-            old = int.from_bytes(blob[at + 8:at + 12], "big", signed=True)
+            old = int.from_bytes(blob[at + 8 : at + 12], "big", signed=True)
             new = draw(st.sampled_from([0, 48, 49, old - 1, old + 1, -1, 2**31 - 1, len(blob)]))
-            blob[at + 8:at + 12] = new.to_bytes(4, "big", signed=True)
+            blob[at + 8 : at + 12] = new.to_bytes(4, "big", signed=True)
         elif kind == "magic" and at + b.OFFSET_MAGIC < len(blob):
             blob[at + b.OFFSET_MAGIC] = draw(st.sampled_from([0, 1, 3, 0xFF]))
         elif kind == "cut":
-            del blob[draw(st.integers(0, len(blob))):]
+            del blob[draw(st.integers(0, len(blob))) :]
         else:
             blob += draw(st.binary(min_size=1, max_size=80))
     return bytes(blob)
@@ -124,4 +130,4 @@ def test_split_mutated_batches_agrees_with_kafkas_framing(data: bytes) -> None:
         assert error == "format"
         return
     assert error is None and [pos for pos, _ in found] == positions
-    assert [h.size for _, h in found] == [int.from_bytes(data[p + 8:p + 12], "big") + 12 for p in positions]
+    assert [h.size for _, h in found] == [int.from_bytes(data[p + 8 : p + 12], "big") + 12 for p in positions]

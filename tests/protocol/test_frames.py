@@ -27,7 +27,7 @@ def test_split_at_every_byte_boundary_decodes_the_same() -> None:
 def test_byte_by_byte() -> None:
     reader = FrameReader(1 << 20)
     data = _stream(PAYLOADS)
-    frames = [f for i in range(len(data)) for f in reader.feed(data[i:i + 1])]
+    frames = [f for i in range(len(data)) for f in reader.feed(data[i : i + 1])]
     assert frames == PAYLOADS
 
 
@@ -41,7 +41,7 @@ def test_random_chunking(payloads: list[bytes], chunk_sizes: list[int]) -> None:
     i = 0
     while pos < len(data):
         size = chunk_sizes[i % len(chunk_sizes)]
-        out += reader.feed(data[pos:pos + size])
+        out += reader.feed(data[pos : pos + size])
         pos += size
         i += 1
     assert out == payloads

@@ -8,7 +8,9 @@ from hypothesis import given, settings, strategies as st
 from broker.protocol.header import HeaderError, encode_response_header, parse_request_header
 
 
-def _header(api_key: int, version: int, correlation: int, client_id: str | None, flexible: bool, tags: bytes = b"\x00") -> bytes:
+def _header(
+    api_key: int, version: int, correlation: int, client_id: str | None, flexible: bool, tags: bytes = b"\x00"
+) -> bytes:
     cid = b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id.encode())) + client_id.encode()
     return struct.pack(">hhi", api_key, version, correlation) + cid + (tags if flexible else b"")
 
@@ -73,7 +75,7 @@ def model_parse(frame: bytes, flexible: bool):  # type: ignore[no-untyped-def]
         if pos + length > len(frame):
             return None
         try:
-            client_id = frame[pos:pos + length].decode("utf-8")
+            client_id = frame[pos : pos + length].decode("utf-8")
         except UnicodeDecodeError:
             return None
         pos += length
@@ -82,7 +84,7 @@ def model_parse(frame: bytes, flexible: bool):  # type: ignore[no-untyped-def]
 
     def uvarint(at: int):  # type: ignore[no-untyped-def]
         value = 0
-        for i in range(5):                       # Kafka reads at most 5 bytes
+        for i in range(5):  # Kafka reads at most 5 bytes
             if at + i >= len(frame):
                 return None
             value |= (frame[at + i] & 0x7F) << (7 * i)
@@ -113,11 +115,18 @@ def mutated_headers(draw):  # type: ignore[no-untyped-def]
     cid = b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id.encode())) + client_id.encode()
     tags = b""
     if flexible:
-        fields = draw(st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=6),
-                                         st.sampled_from([0, 0, 0, 1, 7, 1000])),  # a size that lies
-                               max_size=3))
+        fields = draw(
+            st.lists(
+                st.tuples(
+                    st.integers(0, 300), st.binary(max_size=6), st.sampled_from([0, 0, 0, 1, 7, 1000])
+                ),  # a size that lies
+                max_size=3,
+            )
+        )
         tags = _uvarint(len(fields)) + b"".join(_uvarint(t) + _uvarint(len(v) + lie) + v for t, v, lie in fields)
-    fixed = struct.pack(">hhi", draw(st.integers(0, 70)), draw(st.integers(0, 15)), draw(st.integers(-2**31, 2**31 - 1)))
+    fixed = struct.pack(
+        ">hhi", draw(st.integers(0, 70)), draw(st.integers(0, 15)), draw(st.integers(-(2**31), 2**31 - 1))
+    )
     raw = bytearray(fixed + cid + tags + draw(st.binary(max_size=8)))
     header_end = len(fixed + cid + tags)
     for _ in range(draw(st.integers(0, 3))):
@@ -125,7 +134,7 @@ def mutated_headers(draw):  # type: ignore[no-untyped-def]
         if kind == "flip" and raw:
             raw[draw(st.integers(0, len(raw) - 1))] ^= draw(st.integers(1, 255))
         elif kind == "cut":  # mostly inside the header
-            del raw[draw(st.integers(0, min(len(raw), header_end + 1))):]
+            del raw[draw(st.integers(0, min(len(raw), header_end + 1))) :]
         elif kind == "insert":
             at = draw(st.integers(0, min(len(raw), header_end)))
             raw[at:at] = draw(st.sampled_from([b"\x80", b"\x00", b"\xc3"]))
@@ -138,14 +147,17 @@ def mutated_headers(draw):  # type: ignore[no-untyped-def]
     return bytes(raw), flexible
 
 
-@pytest.mark.parametrize("frame, flexible, reason", [
-    (_header(3, 1, 1, "c", False)[:9], False, "shorter than a header"),
-    (struct.pack(">hhih", 3, 1, 1, -2), False, "invalid client_id length -2"),
-    (struct.pack(">hhih", 3, 1, 1, 5) + b"abc", False, "client_id runs past the end"),
-    (struct.pack(">hhih", 3, 1, 1, 2) + b"\xc3\x28", False, "client_id is not UTF-8"),
-    (_header(3, 12, 1, "c", True, b""), True, "truncated varint"),
-    (_header(3, 12, 1, "c", True, b"\x01\x00\x05ab"), True, "tagged field runs past the end"),
-])
+@pytest.mark.parametrize(
+    "frame, flexible, reason",
+    [
+        (_header(3, 1, 1, "c", False)[:9], False, "shorter than a header"),
+        (struct.pack(">hhih", 3, 1, 1, -2), False, "invalid client_id length -2"),
+        (struct.pack(">hhih", 3, 1, 1, 5) + b"abc", False, "client_id runs past the end"),
+        (struct.pack(">hhih", 3, 1, 1, 2) + b"\xc3\x28", False, "client_id is not UTF-8"),
+        (_header(3, 12, 1, "c", True, b""), True, "truncated varint"),
+        (_header(3, 12, 1, "c", True, b"\x01\x00\x05ab"), True, "tagged field runs past the end"),
+    ],
+)
 def test_each_header_error(frame: bytes, flexible: bool, reason: str) -> None:
     with pytest.raises(HeaderError, match=reason):
         parse_request_header(frame, flexible)

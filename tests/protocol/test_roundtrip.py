@@ -54,9 +54,10 @@ def test_populated_request_decodes_to_the_same_message(api_key: int, version: in
 
 @pytest.mark.parametrize("api_key,version", CASES)
 @EXAMPLES
-@given(rnd=st.randoms(use_true_random=False), correlation_id=st.integers(-2**31, 2**31 - 1))
-def test_populated_response_encodes_with_the_right_header(api_key: int, version: int, rnd: random.Random,
-                                                          correlation_id: int) -> None:
+@given(rnd=st.randoms(use_true_random=False), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_populated_response_encodes_with_the_right_header(
+    api_key: int, version: int, rnd: random.Random, correlation_id: int
+) -> None:
     cls = RESPONSE_CLASSES[api_key]
     message = Populator(rnd).message(cls, version, **response_fixed(api_key))
     header = RequestHeader(api_key, version, correlation_id, "roundtrip")
@@ -67,13 +68,14 @@ def test_populated_response_encodes_with_the_right_header(api_key: int, version:
     flexible_header = is_flexible(api_key, version) and api_key != 18
     if flexible_header:
         assert frame[4] == 0, "empty tagged fields in the response header"
-    body = frame[5 if flexible_header else 4:]
+    body = frame[5 if flexible_header else 4 :]
     decoded = cls.decode(body, version=version)
     assert same(message.to_dict(), decoded.to_dict()), (message, decoded)
 
 
-NULL_CASES = [(key, version, path) for key, version in CASES
-              for path in non_nullable_paths(REQUEST_CLASSES[key]._struct, version)]
+NULL_CASES = [
+    (key, version, path) for key, version in CASES for path in non_nullable_paths(REQUEST_CLASSES[key]._struct, version)
+]
 
 
 @pytest.mark.parametrize("api_key,version,path", NULL_CASES)

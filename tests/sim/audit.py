@@ -63,7 +63,10 @@ def _settled(cluster: SimCluster, key: Key) -> bool:
     if leader is None:
         return False
     partition = leader.replica_manager.partitions[key]
-    if sorted(partition.isr) != sorted(partition.replicas) or partition.log.high_watermark != partition.log.log_end_offset:
+    if (
+        sorted(partition.isr) != sorted(partition.replicas)
+        or partition.log.high_watermark != partition.log.log_end_offset
+    ):
         return False
     for node_id in partition.replicas:
         replica = cluster.brokers.get(node_id)
@@ -81,8 +84,9 @@ async def read_log(cluster: SimCluster, key: Key) -> dict[int, str]:
     leader = cluster.leader_broker(*key)
     assert leader is not None, f"{key}: no leader"
     log = leader.replica_manager.partitions[key].log
-    entries = log.read(log.log_start_offset, 1 << 40, log.high_watermark) if log.high_watermark > log.log_start_offset \
-        else []
+    entries = (
+        log.read(log.log_start_offset, 1 << 40, log.high_watermark) if log.high_watermark > log.log_start_offset else []
+    )
     expected = log.log_start_offset
     for entry in entries:
         assert entry.base_offset == expected, f"{key}: entry at {entry.base_offset} where {expected} was next"
@@ -90,8 +94,9 @@ async def read_log(cluster: SimCluster, key: Key) -> dict[int, str]:
     for node_id in leader.replica_manager.partitions[key].replicas:
         copy = cluster.brokers[node_id].broker.replica_manager.partitions[key].log
         theirs = copy.read(log.log_start_offset, 1 << 40, log.high_watermark) if entries else []
-        assert [bytes(e.data) for e in theirs] == [bytes(e.data) for e in entries], \
+        assert [bytes(e.data) for e in theirs] == [bytes(e.data) for e in entries], (
             f"{key}: broker {node_id}'s copy differs from the leader's"
+        )
     found: dict[int, str] = {}
     for entry, pieces in zip(entries, await batch_pieces(leader, entries)):
         assert not isinstance(pieces, Exception), f"{key}: batch at {entry.base_offset} unreadable: {pieces}"
@@ -114,11 +119,15 @@ async def audit(cluster: SimCluster, ledger: Ledger, keys: list[Key]) -> dict[st
         if sent.acked_offset is not None:
             acked += 1
             if (sent.key, sent.acked_offset) not in found:
-                problems.append(f"acknowledged batch {sent.batch} missing from {sent.key[0]}-{sent.key[1]} at offset "
-                                f"{sent.acked_offset} (found at {found})")
+                problems.append(
+                    f"acknowledged batch {sent.batch} missing from {sent.key[0]}-{sent.key[1]} at offset "
+                    f"{sent.acked_offset} (found at {found})"
+                )
         if found and not sent.may_be_appended:
-            problems.append(f"batch {sent.batch} was refused every time ({[a.outcome for a in sent.attempts]}) "
-                            f"but is in the log at {found}")
+            problems.append(
+                f"batch {sent.batch} was refused every time ({[a.outcome for a in sent.attempts]}) "
+                f"but is in the log at {found}"
+            )
         ambiguous = sum(1 for a in sent.attempts if a.outcome in ("ambiguous", "pending"))
         if len(found) > (1 if sent.idempotent else 1 + ambiguous):
             problems.append(f"batch {sent.batch} appears {len(found)} times: {found}")
@@ -132,33 +141,48 @@ async def audit(cluster: SimCluster, ledger: Ledger, keys: list[Key]) -> dict[st
         by_order = [batch for _order, _offset, batch in sorted(landed)]
         by_offset = [batch for _order, _offset, batch in sorted(landed, key=lambda t: t[1])]
         if by_order != by_offset:
-            problems.append(f"{key[0]}-{key[1]}: batches of connection {connection} are in the log out of the order "
-                            f"they were sent: sent {by_order}, logged {by_offset}")
+            problems.append(
+                f"{key[0]}-{key[1]}: batches of connection {connection} are in the log out of the order "
+                f"they were sent: sent {by_order}, logged {by_offset}"
+            )
     by_producer: dict[tuple[str, Key], list[tuple[int, int]]] = {}  # idempotent: (offset, sequence)
     for sent in ledger.sent.values():
         if sent.idempotent and where.get(sent.batch):
-            by_producer.setdefault((sent.batch.split("/")[0], sent.key), []).append((where[sent.batch][0][1],
-                                                                                      sent.sequence))
+            by_producer.setdefault((sent.batch.split("/")[0], sent.key), []).append(
+                (where[sent.batch][0][1], sent.sequence)
+            )
     for (producer, key), landed in by_producer.items():
         sequences = [sequence for _offset, sequence in sorted(landed)]
         if sequences != sorted(sequences):
-            problems.append(f"{key[0]}-{key[1]}: idempotent producer {producer}'s batches are out of sequence "
-                            f"order in the log: {sequences[:30]}")
+            problems.append(
+                f"{key[0]}-{key[1]}: idempotent producer {producer}'s batches are out of sequence "
+                f"order in the log: {sequences[:30]}"
+            )
     for key, consumed in ledger.consumed.items():
         for offset, batch in consumed.items():
             if offset >= min(logs[key], default=0) and logs[key].get(offset) != batch:
-                problems.append(f"{key[0]}-{key[1]}: a consumer read {batch} at offset {offset}; the log holds "
-                                f"{logs[key].get(offset)} there (read above what was committed?)")
+                problems.append(
+                    f"{key[0]}-{key[1]}: a consumer read {batch} at offset {offset}; the log holds "
+                    f"{logs[key].get(offset)} there (read above what was committed?)"
+                )
     for (group, topic, partition), offset in ledger.committed.items():
         coordinator = _coordinator_of(cluster, group)
         fetched = coordinator.groups.fetch_offsets(group, [(topic, [partition])])[topic][partition]
         if fetched is None or fetched.offset < offset:
-            problems.append(f"group {group} {topic}-{partition}: committed offset {fetched.offset if fetched else None} "
-                            f"below the acknowledged commit {offset}")
+            problems.append(
+                f"group {group} {topic}-{partition}: committed offset {fetched.offset if fetched else None} "
+                f"below the acknowledged commit {offset}"
+            )
     if problems:
         raise AssertionError(f"{len(problems)} violation(s):\n  " + "\n  ".join(problems[:20]))
-    counts = Counter({"acked": acked, "sent": len(ledger.sent), "commits": len(ledger.committed),
-                      "consumed": sum(len(c) for c in ledger.consumed.values())})
+    counts = Counter(
+        {
+            "acked": acked,
+            "sent": len(ledger.sent),
+            "commits": len(ledger.committed),
+            "consumed": sum(len(c) for c in ledger.consumed.values()),
+        }
+    )
     return dict(counts)
 
 

@@ -71,8 +71,14 @@ def trace_digest(trace: Trace) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_seeds(scenario: Scenario, seeds: Sequence[int], trace_lines: int | None = 60, verbose: bool = False,
-              digest: bool = False, strict: bool = False) -> Outcome:
+def run_seeds(
+    scenario: Scenario,
+    seeds: Sequence[int],
+    trace_lines: int | None = 60,
+    verbose: bool = False,
+    digest: bool = False,
+    strict: bool = False,
+) -> Outcome:
     """Run `seeds` of `scenario` in this process. A failure matching one of the scenario's
     known issues is listed as known, not failed, unless `strict`."""
     outcome = Outcome(scenario.name)
@@ -95,8 +101,10 @@ def run_seeds(scenario: Scenario, seeds: Sequence[int], trace_lines: int | None 
             outcome.virtual_s += result.virtual_s
             if verbose:
                 print(result.trace.format(None))
-                print(f"scenario {scenario.name!r} seed {seed}: ok at virtual {result.virtual_s:.6f} s after "
-                      f"{result.steps} loop steps: {result.value!r}")
+                print(
+                    f"scenario {scenario.name!r} seed {seed}: ok at virtual {result.virtual_s:.6f} s after "
+                    f"{result.steps} loop steps: {result.value!r}"
+                )
         outcome.seeds += 1
     outcome.seconds = time.perf_counter() - started
     return outcome
@@ -112,19 +120,26 @@ def _worker(task: tuple[str, list[int], int | None, bool, bool]) -> Outcome:
 
 def _chunks(seeds: Sequence[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(seeds), size):
-        yield list(seeds[start:start + size])
+        yield list(seeds[start : start + size])
 
 
-def sweep(scenarios: Sequence[Scenario], seeds: Sequence[int] | None, jobs: int = 1,
-          trace_lines: int | None = 60, verbose: bool = False, digest: bool = False,
-          strict: bool = False) -> list[Outcome]:
+def sweep(
+    scenarios: Sequence[Scenario],
+    seeds: Sequence[int] | None,
+    jobs: int = 1,
+    trace_lines: int | None = 60,
+    verbose: bool = False,
+    digest: bool = False,
+    strict: bool = False,
+) -> list[Outcome]:
     """Run every scenario over `seeds` (None: each one's test_seeds), in `jobs` processes."""
     plan = [(s, list(seeds) if seeds is not None else list(range(s.test_seeds))) for s in scenarios]
     if jobs <= 1:
         return [run_seeds(s, chosen, trace_lines, verbose, digest, strict) for s, chosen in plan]
     outcomes = {s.name: Outcome(s.name) for s, _ in plan}
-    tasks = [(s.name, chunk, trace_lines, digest, strict)
-             for s, chosen in plan for chunk in _chunks(chosen, CHUNK_SEEDS)]
+    tasks = [
+        (s.name, chunk, trace_lines, digest, strict) for s, chosen in plan for chunk in _chunks(chosen, CHUNK_SEEDS)
+    ]
     started = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         for part in pool.imap_unordered(_worker, tasks):
@@ -146,16 +161,21 @@ def sweep(scenarios: Sequence[Scenario], seeds: Sequence[int] | None, jobs: int 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="all", help="a scenario name, a comma list, or 'all' (default)")
-    parser.add_argument("--seeds", default=None, help="N, A..B, A..=B or a comma list (default: each "
-                                                      "scenario's test_seeds)")
+    parser.add_argument(
+        "--seeds", default=None, help="N, A..B, A..=B or a comma list (default: each scenario's test_seeds)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--verbose", action="store_true", help="print every run's whole trace")
     parser.add_argument("--trace-lines", type=int, default=60, help="trace lines per failure report")
     parser.add_argument("--max-reports", type=int, default=3, help="full reports printed; the rest: one line")
-    parser.add_argument("--digest", action="store_true", help="print a hash of each seed's trace (to compare "
-                                                               "replays across processes and machines)")
-    parser.add_argument("--strict", action="store_true", help="count seeds that hit a scenario's known issue "
-                                                               "as failures")
+    parser.add_argument(
+        "--digest",
+        action="store_true",
+        help="print a hash of each seed's trace (to compare replays across processes and machines)",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="count seeds that hit a scenario's known issue as failures"
+    )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = parser.parse_args(argv)
 
@@ -164,8 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{known.name:<24} {known.test_seeds:>6} test seeds  {known.description}")
         return 0
     try:
-        chosen = (all_scenarios() if args.scenario == "all"
-                  else [get(name) for name in args.scenario.split(",") if name])
+        chosen = all_scenarios() if args.scenario == "all" else [get(name) for name in args.scenario.split(",") if name]
         seeds = parse_seeds(args.seeds) if args.seeds else None
     except (KeyError, ValueError) as exc:
         parser.error(str(exc.args[0] if exc.args else exc))
@@ -191,16 +210,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             by_issue.setdefault(issue, []).append(seed)
         for issue, hit in by_issue.items():
             shown = ",".join(str(seed) for seed in hit[:10]) + (",..." if len(hit) > 10 else "")
-            print(f"{outcome.scenario}: KNOWN ISSUE in {len(hit)} seed(s) ({shown}): {issue}\n"
-                  f"  replay: make sim SCENARIO={outcome.scenario} SEEDS={hit[0]} SIMFLAGS=--strict")
+            print(
+                f"{outcome.scenario}: KNOWN ISSUE in {len(hit)} seed(s) ({shown}): {issue}\n"
+                f"  replay: make sim SCENARIO={outcome.scenario} SEEDS={hit[0]} SIMFLAGS=--strict"
+            )
     for outcome in outcomes:
         rate = outcome.seeds / outcome.seconds if outcome.seconds else 0.0
         known_note = f", {len(outcome.known)} known issue(s)" if outcome.known else ""
-        print(f"{outcome.scenario}: {outcome.seeds} seed(s), {len(outcome.failures)} failed{known_note}, "
-              f"{outcome.virtual_s:.0f} virtual s in {outcome.seconds:.1f} s ({rate:.0f} seeds/s)")
+        print(
+            f"{outcome.scenario}: {outcome.seeds} seed(s), {len(outcome.failures)} failed{known_note}, "
+            f"{outcome.virtual_s:.0f} virtual s in {outcome.seconds:.1f} s ({rate:.0f} seeds/s)"
+        )
     if failed:
         seeds_list = ",".join(str(seed) for o in outcomes for seed, _, _ in o.failures[:20])
-        print(f"FAILED: {failed} seed(s); replay one with `make sim SCENARIO=<name> SEEDS=<seed>` "
-              f"(failing seeds: {seeds_list})", file=sys.stderr)
+        print(
+            f"FAILED: {failed} seed(s); replay one with `make sim SCENARIO=<name> SEEDS=<seed>` "
+            f"(failing seeds: {seeds_list})",
+            file=sys.stderr,
+        )
         return 1
     return 0

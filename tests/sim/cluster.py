@@ -131,9 +131,16 @@ class SimCluster:
     client_connections: dict[int, list[Any]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, sim: Sim, *, azs: list[str], settings: dict[str, str] | None = None,
-              metadata_faults: MetadataFaults | None = None, object_faults: ObjectStoreFaults | None = None,
-              net_faults: NetFaults | None = None) -> "SimCluster":
+    def build(
+        cls,
+        sim: Sim,
+        *,
+        azs: list[str],
+        settings: dict[str, str] | None = None,
+        metadata_faults: MetadataFaults | None = None,
+        object_faults: ObjectStoreFaults | None = None,
+        net_faults: NetFaults | None = None,
+    ) -> "SimCluster":
         metadata = build_metadata_store(sim.fork("metadata"), sim.trace, sim.clock, faults=metadata_faults)
         objects = build_object_store(sim.fork("objects"), sim.trace, sim.clock, faults=object_faults)
         network = SimNetwork(sim.fork("network"), sim.trace, faults=net_faults)
@@ -142,17 +149,28 @@ class SimCluster:
     def start(self, node_id: int) -> SimBroker:
         """Start broker `node_id` (a new process: a new node incarnation) in its AZ."""
         az = self.azs[node_id % len(self.azs)]
-        config = load_config(environ={}, overrides={
-            **self.settings, "node.id": str(node_id), "az": az,
-            "listen": f"{_host(node_id)}:{KAFKA_PORT}", "rpc.listen": f"{_host(node_id)}:{RPC_PORT}",
-            "data.dir": str(self.sim.tmp / f"broker-{node_id}"), "metadata": "etcd://sim:2379/shoal"})
+        config = load_config(
+            environ={},
+            overrides={
+                **self.settings,
+                "node.id": str(node_id),
+                "az": az,
+                "listen": f"{_host(node_id)}:{KAFKA_PORT}",
+                "rpc.listen": f"{_host(node_id)}:{RPC_PORT}",
+                "data.dir": str(self.sim.tmp / f"broker-{node_id}"),
+                "metadata": "etcd://sim:2379/shoal",
+            },
+        )
         node = new_node(self.sim.loop, node_id)
         self.network.restart(node_id)
         with as_node(node):
-            env = Environment(clock=self.sim.clock, random=self.sim.fork(f"broker-{node_id}-{node.incarnation}"),
-                              metadata=SharedMetadata(self.metadata),  # type: ignore[arg-type]
-                              objects=SharedObjects(self.objects.store),  # type: ignore[arg-type]
-                              peers=SimPeers(self.network, node_id))
+            env = Environment(
+                clock=self.sim.clock,
+                random=self.sim.fork(f"broker-{node_id}-{node.incarnation}"),
+                metadata=SharedMetadata(self.metadata),  # type: ignore[arg-type]
+                objects=SharedObjects(self.objects.store),  # type: ignore[arg-type]
+                peers=SimPeers(self.network, node_id),
+            )
             broker = Broker(config, env=env)
         started = spawn(node, broker.start(serve_clients=False), name=f"broker-{node_id}-start")
         started.add_done_callback(_retrieve)  # a failed start is the supervisor's business (supervise)
@@ -177,8 +195,9 @@ class SimCluster:
             for node_id, sim_broker in sorted(self.brokers.items()):
                 started = sim_broker.started
                 if node_id not in self.down and started.done() and started.exception() is not None:
-                    self.sim.trace.record("cluster", "broker %d exited at start (%s): starting it again", node_id,
-                                          started.exception())
+                    self.sim.trace.record(
+                        "cluster", "broker %d exited at start (%s): starting it again", node_id, started.exception()
+                    )
                     crash(self.sim.loop, sim_broker.node, self.network)
                     self._release_files(node_id)
                     self._reset_clients(node_id)

@@ -93,8 +93,10 @@ class _ForbiddenSocket(socket.socket):
 
 
 def _forbidden_thread_start(self: threading.Thread) -> None:
-    raise SimForbidden(f"starting thread {self.name!r} inside a simulation: everything runs on the sim loop "
-                       "(run_in_executor and asyncio.to_thread run inline)")
+    raise SimForbidden(
+        f"starting thread {self.name!r} inside a simulation: everything runs on the sim loop "
+        "(run_in_executor and asyncio.to_thread run inline)"
+    )
 
 
 def _forbidden_sleep(seconds: float) -> None:

@@ -60,8 +60,13 @@ class _Transport:
 
 
 class SimConnection:
-    def __init__(self, target: SimBroker, client_id: str, is_down: Callable[[], bool],
-                 registry: dict[int, list[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        target: SimBroker,
+        client_id: str,
+        is_down: Callable[[], bool],
+        registry: dict[int, list[Any]] | None = None,
+    ) -> None:
         if is_down() or not target.running:
             raise ConnectionLost(f"broker {target.node_id} refused the connection")
         self.node_id = target.node_id

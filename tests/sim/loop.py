@@ -131,15 +131,19 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         target = max(self.now_ns, math.ceil(when_s * NS_PER_S))
         if target > self.max_virtual_ns:
             self.now_ns = int(self.max_virtual_ns)
-            raise SimTimeLimit(f"virtual time limit of {self.max_virtual_ns / NS_PER_S:g} s reached "
-                               f"(next timer at {when_s:.6f} s); {self._pending_summary()}")
+            raise SimTimeLimit(
+                f"virtual time limit of {self.max_virtual_ns / NS_PER_S:g} s reached "
+                f"(next timer at {when_s:.6f} s); {self._pending_summary()}"
+            )
         self.now_ns = target
 
     def _run_once(self) -> None:
         self.steps += 1
         if self.max_steps is not None and self.steps > self.max_steps:
-            raise SimStepLimit(f"step limit of {self.max_steps} loop iterations reached at virtual "
-                               f"{self.time():.6f} s (a busy loop?); {self._pending_summary()}")
+            raise SimStepLimit(
+                f"step limit of {self.max_steps} loop iterations reached at virtual "
+                f"{self.time():.6f} s (a busy loop?); {self._pending_summary()}"
+            )
         if not self._ready and self._scheduled:  # type: ignore[attr-defined]
             # asyncio runs timers due within the clock's resolution without waiting; real time
             # then moves on, but virtual time would not, and a caller that loops until its
@@ -150,16 +154,25 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         super()._run_once()  # type: ignore[misc]  # asyncio's private loop iteration
 
     # -- nodes: a killed incarnation never runs again ------------------------------------------
-    def call_soon(self, callback: Any, *args: Any,  # type: ignore[override]
-                  context: contextvars.Context | None = None) -> asyncio.Handle:
+    def call_soon(
+        self,
+        callback: Any,
+        *args: Any,  # type: ignore[override]
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
         if self.killed and _is_dead(context):
             handle = asyncio.Handle(callback, args, self, context)
             handle.cancel()
             return handle
         return super().call_soon(callback, *args, context=context)
 
-    def call_at(self, when: float, callback: Any, *args: Any,  # type: ignore[override]
-                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+    def call_at(
+        self,
+        when: float,
+        callback: Any,
+        *args: Any,  # type: ignore[override]
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
         if self.killed and _is_dead(context):
             handle = asyncio.TimerHandle(when, callback, args, self, context)
             handle.cancel()
@@ -183,8 +196,13 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self.killed = 0
 
     # -- tasks: deterministic names and a creation order ---------------------------------------
-    def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
-                    context: Any = None) -> asyncio.Task[Any]:
+    def create_task(
+        self,
+        coro: Any,
+        *,
+        name: str | None = None,  # type: ignore[override]
+        context: Any = None,
+    ) -> asyncio.Task[Any]:
         """As asyncio's, but unnamed tasks are numbered per loop (asyncio's own "Task-N"
         counter is global, so names would differ between two runs in one process), and the
         creation order is kept for teardown and deadlock reports."""
@@ -205,8 +223,10 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
 
     def describe_deadlock(self) -> str:
         tasks = self.pending_tasks()
-        lines = [f"deadlock at virtual {self.time():.6f} s: nothing is ready and no timer is scheduled; "
-                 f"{len(tasks)} task(s) wait forever:"]
+        lines = [
+            f"deadlock at virtual {self.time():.6f} s: nothing is ready and no timer is scheduled; "
+            f"{len(tasks)} task(s) wait forever:"
+        ]
         lines += [f"  {describe_task(t)}" for t in tasks[:50]]
         return "\n".join(lines)
 
@@ -216,8 +236,12 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         return f"{len(tasks)} pending task(s): {shown}" + (" ..." if len(tasks) > 10 else "")
 
     # -- executors: inline ---------------------------------------------------------------------
-    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
-                        *args: Any) -> asyncio.Future[Any]:
+    def run_in_executor(
+        self,
+        executor: Any,
+        func: Callable[..., Any],  # type: ignore[override]
+        *args: Any,
+    ) -> asyncio.Future[Any]:
         """Run `func(*args)` now, in this thread; the returned future is already done,
         unless `executor_latency` is set, in which case it resolves that many virtual
         seconds later (the function has still run at once)."""
@@ -392,7 +416,7 @@ def _short_path(path: str) -> str:
     for marker in ("/broker/", "/tests/", "/walfiles/", "/tiering/", "/asyncio/"):
         index = path.rfind(marker)
         if index >= 0:
-            return path[index + 1:]
+            return path[index + 1 :]
     return path
 
 

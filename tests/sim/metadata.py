@@ -58,8 +58,15 @@ class FaultyMetadataStore:
     """LocalMetadataStore behind seeded faults; see the module docstring. `inner` is the
     ground truth, without faults; `faults` may be replaced at any time."""
 
-    def __init__(self, inner: LocalMetadataStore, rng: SimRandom, trace: Trace, *,
-                 faults: MetadataFaults | None = None, name: str = "metadata") -> None:
+    def __init__(
+        self,
+        inner: LocalMetadataStore,
+        rng: SimRandom,
+        trace: Trace,
+        *,
+        faults: MetadataFaults | None = None,
+        name: str = "metadata",
+    ) -> None:
         self.inner = inner
         self.faults = faults or MetadataFaults()
         self._rng = rng
@@ -103,8 +110,9 @@ class FaultyMetadataStore:
     async def get(self, key: str) -> KeyValue | None:
         return await self._call("get", key, False, lambda: self.inner.get(key))
 
-    async def put(self, key: str, value: bytes, expected_revision: int | None = None,
-                  lease: Lease | None = None) -> int:
+    async def put(
+        self, key: str, value: bytes, expected_revision: int | None = None, lease: Lease | None = None
+    ) -> int:
         return await self._call("put", key, True, lambda: self.inner.put(key, value, expected_revision, lease))
 
     async def delete(self, key: str, expected_revision: int | None = None) -> bool:
@@ -116,8 +124,13 @@ class FaultyMetadataStore:
     async def list_with_revision(self, prefix: str) -> tuple[builtins.list[KeyValue], int]:
         return await self._call("list", prefix, False, lambda: self.inner.list_with_revision(prefix))
 
-    async def txn(self, compares: Mapping[str, int], puts: Mapping[str, bytes] | None = None,
-                  deletes: Collection[str] = (), lease: Lease | None = None) -> int:
+    async def txn(
+        self,
+        compares: Mapping[str, int],
+        puts: Mapping[str, bytes] | None = None,
+        deletes: Collection[str] = (),
+        lease: Lease | None = None,
+    ) -> int:
         label = ",".join(sorted([*compares, *(puts or {}), *deletes]))
         return await self._call("txn", label, True, lambda: self.inner.txn(compares, puts, deletes, lease))
 
@@ -245,8 +258,15 @@ class _FaultyWatch:
         await self.close()
 
 
-def build_metadata_store(rng: SimRandom, trace: Trace, clock: Any, *, faults: MetadataFaults | None = None,
-                         name: str = "metadata", **options: Any) -> FaultyMetadataStore:
+def build_metadata_store(
+    rng: SimRandom,
+    trace: Trace,
+    clock: Any,
+    *,
+    faults: MetadataFaults | None = None,
+    name: str = "metadata",
+    **options: Any,
+) -> FaultyMetadataStore:
     """An in-memory LocalMetadataStore on `clock` (leases expire in virtual time) behind
     faults drawn from `rng`."""
     inner = LocalMetadataStore(None, clock, **options)

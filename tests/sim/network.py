@@ -91,8 +91,9 @@ class _Message:
 class _Pipe:
     """One direction of one connection: FIFO delivery at each message's time."""
 
-    def __init__(self, network: SimNetwork, connection: _Connection, src: int, dst: int,
-                 deliver: Callable[[_Message], None]) -> None:
+    def __init__(
+        self, network: SimNetwork, connection: _Connection, src: int, dst: int, deliver: Callable[[_Message], None]
+    ) -> None:
         self._network = network
         self._connection = connection
         self.src = src
@@ -138,13 +139,15 @@ class _Pipe:
             if blocked == "hold":
                 self.held = True
                 network._held.setdefault((self.src, self.dst), []).append(self)
-                network.trace.record(network.name, "n%d->n%d holding %d message(s) (partition)", self.src,
-                                     self.dst, len(self._queue))
+                network.trace.record(
+                    network.name, "n%d->n%d holding %d message(s) (partition)", self.src, self.dst, len(self._queue)
+                )
                 return
             message = self._queue.popleft()
             if blocked == "drop":
-                network.trace.record(network.name, "n%d->n%d #%d dropped (partition)", self.src, self.dst,
-                                     message.correlation_id)
+                network.trace.record(
+                    network.name, "n%d->n%d #%d dropped (partition)", self.src, self.dst, message.correlation_id
+                )
                 continue
             self._deliver(message)
         if self._queue:
@@ -154,8 +157,9 @@ class _Pipe:
 class _Endpoint:
     """A node's RPC listener: an address, a handler and the types it decodes and answers."""
 
-    def __init__(self, node_id: int, address: str, handler: Handler, request_type: Any, response_type: Any,
-                 max_frame_bytes: int) -> None:
+    def __init__(
+        self, node_id: int, address: str, handler: Handler, request_type: Any, response_type: Any, max_frame_bytes: int
+    ) -> None:
         self.context = contextvars.copy_context()  # handlers run as the node that called serve()
         self.node_id = node_id
         self.address = address
@@ -197,8 +201,9 @@ class _Connection:
         if server_notices:
             for task in list(self.handlers):
                 task.cancel()
-        self.network.trace.record(self.network.name, "n%d->%s connection lost: %s", self.client.node_id,
-                                  self.endpoint.address, reason)
+        self.network.trace.record(
+            self.network.name, "n%d->%s connection lost: %s", self.client.node_id, self.endpoint.address, reason
+        )
 
     # -- server side ---------------------------------------------------------------------------
     def _on_request(self, message: _Message) -> None:
@@ -208,8 +213,7 @@ class _Connection:
         if network._endpoints.get(endpoint.address) is not endpoint or network._is_down(dst):
             node = network._nodes.get(dst)
             if node is not None and node.black_hole:
-                network.trace.record(network.name, "n%d->n%d #%d dropped (node down)", src, dst,
-                                     message.correlation_id)
+                network.trace.record(network.name, "n%d->n%d #%d dropped (node down)", src, dst, message.correlation_id)
             else:  # the host is back (or the listener gone) and answers the stale connection with a reset
                 self.lose(f"connection to {endpoint.address} reset by peer")
             return
@@ -221,11 +225,14 @@ class _Connection:
         except msgspec.DecodeError as exc:  # RpcServer closes the connection on a bad frame
             self.lose(f"connection to {endpoint.address} closed by the server: {exc}")
             return
-        network.trace.record(network.name, "n%d->n%d #%d %s delivered", src, dst, message.correlation_id,
-                             type(request).__name__)
+        network.trace.record(
+            network.name, "n%d->n%d #%d %s delivered", src, dst, message.correlation_id, type(request).__name__
+        )
         task = asyncio.get_running_loop().create_task(
-            self._handle(message.correlation_id, request), name=f"rpc n{dst}<-n{src} #{message.correlation_id}",
-            context=endpoint.context.copy())
+            self._handle(message.correlation_id, request),
+            name=f"rpc n{dst}<-n{src} #{message.correlation_id}",
+            context=endpoint.context.copy(),
+        )
         self.handlers[task] = None
         task.add_done_callback(self._handled)
 
@@ -260,18 +267,17 @@ class _Connection:
             return
         future = self.pending.get(message.correlation_id)
         if future is None or future.done():
-            network.trace.record(network.name, "n%d->n%d #%d late response discarded", src, dst,
-                                 message.correlation_id)
+            network.trace.record(network.name, "n%d->n%d #%d late response discarded", src, dst, message.correlation_id)
             return
         if message.is_error:
             text = _ERROR_DECODER.decode(message.payload).message
-            network.trace.record(network.name, "n%d->n%d #%d remote error: %s", src, dst, message.correlation_id,
-                                 text)
+            network.trace.record(network.name, "n%d->n%d #%d remote error: %s", src, dst, message.correlation_id, text)
             future.set_exception(RpcRemoteError(text))
             return
         response = self.client.response_decoder.decode(message.payload)
-        network.trace.record(network.name, "n%d->n%d #%d %s answered", src, dst, message.correlation_id,
-                             type(response).__name__)
+        network.trace.record(
+            network.name, "n%d->n%d #%d %s answered", src, dst, message.correlation_id, type(response).__name__
+        )
         future.set_result(response)
 
     async def call(self, request: Any) -> Any:
@@ -280,13 +286,21 @@ class _Connection:
             raise RpcUnavailable(f"connection to {client.address} lost")
         payload = client.encoder.encode(request)
         if len(payload) + HEADER_BYTES - 4 > client.max_frame_bytes:
-            raise RpcError(f"request not sent: frame of {len(payload) + HEADER_BYTES - 4} bytes exceeds "
-                           f"max_frame_bytes={client.max_frame_bytes}")
+            raise RpcError(
+                f"request not sent: frame of {len(payload) + HEADER_BYTES - 4} bytes exceeds "
+                f"max_frame_bytes={client.max_frame_bytes}"
+            )
         correlation_id = client.next_correlation_id()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[correlation_id] = future
-        self.network.trace.record(self.network.name, "n%d->n%d #%d %s sent", client.node_id, self.endpoint.node_id,
-                                  correlation_id, type(request).__name__)
+        self.network.trace.record(
+            self.network.name,
+            "n%d->n%d #%d %s sent",
+            client.node_id,
+            self.endpoint.node_id,
+            correlation_id,
+            type(request).__name__,
+        )
         try:
             self.requests.send(correlation_id, payload)
             return await future
@@ -297,8 +311,18 @@ class _Connection:
 class SimRpcClient(Generic[Req, Resp]):
     """broker.rpc.RpcClient's interface over a SimNetwork: `address`, `call`, `close`."""
 
-    def __init__(self, network: SimNetwork, node_id: int, host: str, port: int, request_type: Any,
-                 response_type: Any, *, connect_timeout_s: float, max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        network: SimNetwork,
+        node_id: int,
+        host: str,
+        port: int,
+        request_type: Any,
+        response_type: Any,
+        *,
+        connect_timeout_s: float,
+        max_frame_bytes: int,
+    ) -> None:
         self.network = network
         self.node_id = node_id  # the calling node
         self.host = host
@@ -324,8 +348,9 @@ class SimRpcClient(Generic[Req, Resp]):
                 result: Resp = await conn.call(request)
                 return result
         except TimeoutError:
-            self.network.trace.record(self.network.name, "n%d->%s call timed out after %ss", self.node_id,
-                                      self.address, timeout_s)
+            self.network.trace.record(
+                self.network.name, "n%d->%s call timed out after %ss", self.node_id, self.address, timeout_s
+            )
             raise RpcTimeout(f"no response from {self.address} within {timeout_s}s") from None
 
     async def close(self) -> None:
@@ -372,9 +397,16 @@ class SimRpcClient(Generic[Req, Resp]):
 class SimRpcPool(Generic[Req, Resp]):
     """broker.rpc.RpcClientPool's interface for one node of a SimNetwork."""
 
-    def __init__(self, network: SimNetwork, node_id: int, request_type: Any, response_type: Any, *,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self,
+        network: SimNetwork,
+        node_id: int,
+        request_type: Any,
+        response_type: Any,
+        *,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
         self.network = network
         self.node_id = node_id
         self._request_type = request_type
@@ -390,8 +422,16 @@ class SimRpcPool(Generic[Req, Resp]):
             return client
         if client is not None:  # the node moved: its calls in flight fail with RpcUnavailable
             client.lose_connection("peer address changed")
-        client = SimRpcClient(self.network, self.node_id, host, port, self._request_type, self._response_type,
-                              connect_timeout_s=self._connect_timeout_s, max_frame_bytes=self._max_frame_bytes)
+        client = SimRpcClient(
+            self.network,
+            self.node_id,
+            host,
+            port,
+            self._request_type,
+            self._response_type,
+            connect_timeout_s=self._connect_timeout_s,
+            max_frame_bytes=self._max_frame_bytes,
+        )
         self._clients[node_id] = client
         return client
 
@@ -438,8 +478,17 @@ class SimNetwork:
         """A client pool for calls made by `node_id` (what the broker builds RpcClientPool for)."""
         return SimRpcPool(self, node_id, request_type, response_type, **options)
 
-    def serve(self, node_id: int, host: str, port: int, handler: Handler, request_type: Any, response_type: Any,
-              *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def serve(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        handler: Handler,
+        request_type: Any,
+        response_type: Any,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
         """Listen on host:port for `node_id` (RpcServer.start)."""
         address = f"{host}:{port}"
         if address in self._endpoints:
@@ -464,8 +513,9 @@ class SimNetwork:
         if both_ways:
             self._link_latency[(dst, src)] = bounds
 
-    def partition(self, a: int | Iterable[int], b: int | Iterable[int], *, one_way: bool = False,
-                  hold: bool = False) -> None:
+    def partition(
+        self, a: int | Iterable[int], b: int | Iterable[int], *, one_way: bool = False, hold: bool = False
+    ) -> None:
         """Cut the links from every node of `a` to every node of `b` (and back unless
         `one_way`). Messages across are dropped, or held until `heal` with `hold=True`."""
         mode = "hold" if hold else "drop"
@@ -484,8 +534,11 @@ class SimNetwork:
             links = list(self._blocked)
         else:
             side_a, side_b = _nodes(a), _nodes(b)
-            links = [link for link in self._blocked
-                     if (link[0] in side_a and link[1] in side_b) or (link[0] in side_b and link[1] in side_a)]
+            links = [
+                link
+                for link in self._blocked
+                if (link[0] in side_a and link[1] in side_b) or (link[0] in side_b and link[1] in side_a)
+            ]
         for link in links:
             del self._blocked[link]
             for pipe in self._held.pop(link, []):
@@ -548,16 +601,24 @@ class SimNetwork:
                 return
             endpoint = self._endpoints.get(client.address)
             node = self._nodes.get(dst)
-            if (self._blocked.get((src, dst)) or self._blocked.get((dst, src))
-                    or (node is not None and node.black_hole) or self._is_down(src)):
+            if (
+                self._blocked.get((src, dst))
+                or self._blocked.get((dst, src))
+                or (node is not None and node.black_hole)
+                or self._is_down(src)
+            ):
                 self.trace.record(self.name, "n%d->%s connect: no answer", src, client.address)
                 return
             back = self._latency(dst, src)
             if endpoint is None:
                 self.trace.record(self.name, "n%d->%s connect: refused", src, client.address)
-                loop.call_later(back, _fail, result,
-                                RpcUnavailable(f"cannot connect to {client.address}: connection refused"),
-                                context=_WIRE)
+                loop.call_later(
+                    back,
+                    _fail,
+                    result,
+                    RpcUnavailable(f"cannot connect to {client.address}: connection refused"),
+                    context=_WIRE,
+                )
                 return
             conn = _Connection(self, client, endpoint)
             self.trace.record(self.name, "n%d->%s (n%d) connected", src, client.address, endpoint.node_id)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+
 def new_node(loop: SimLoop, node_id: int) -> SimNode:
     """The next incarnation of `node_id` on this loop (1 for the first)."""
     incarnation = loop.incarnations.get(node_id, 0) + 1

@@ -72,9 +72,16 @@ class FaultyObjectStore:
     replaced at any time (e.g. `ObjectStoreFaults.none()` to switch faults off for a
     scenario's final audit); `inner` is the ground truth, without faults."""
 
-    def __init__(self, inner: MemoryObjectStore, rng: SimRandom, trace: Trace, *,
-                 faults: ObjectStoreFaults | None = None, name: str = "objectstore",
-                 list_page_size: int = 1000) -> None:
+    def __init__(
+        self,
+        inner: MemoryObjectStore,
+        rng: SimRandom,
+        trace: Trace,
+        *,
+        faults: ObjectStoreFaults | None = None,
+        name: str = "objectstore",
+        list_page_size: int = 1000,
+    ) -> None:
         self.inner = inner
         self.faults = faults or ObjectStoreFaults()
         self._rng = rng
@@ -141,7 +148,7 @@ class FaultyObjectStore:
         damage = self._corrupt.get(key)
         if damage is not None and data:
             position = damage % len(data)
-            data = data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1:]
+            data = data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1 :]
             self._trace.record(self._name, "get %s [%s:%s] corrupted at +%d", key, start, end, position)
         self._after("get", key, lost, f"[{start}:{end}] {len(data)}B")
         return data
@@ -165,8 +172,9 @@ class FaultyObjectStore:
             failed = set()
         deleted = await self.inner.delete_many([k for k in wanted if k not in failed])
         if failed:
-            self._trace.record(self._name, "delete_many: %d key(s) reported failed: %s", len(failed),
-                               ",".join(sorted(failed)))
+            self._trace.record(
+                self._name, "delete_many: %d key(s) reported failed: %s", len(failed), ",".join(sorted(failed))
+            )
         self._after("delete_many", label, lost, f"{len(deleted)} deleted")
         return [k for k in wanted if k not in failed]
 
@@ -226,8 +234,13 @@ class RetryingObjectStore:
     (so a stalled store times out), `policy` between attempts; a retriable failure that
     outlasts the policy is raised as ObjectStoreUnavailable, as S3ObjectStore does."""
 
-    def __init__(self, inner: FaultyObjectStore | MemoryObjectStore, policy: RetryPolicy, *,
-                 request_timeout_s: float | None = 30.0) -> None:
+    def __init__(
+        self,
+        inner: FaultyObjectStore | MemoryObjectStore,
+        policy: RetryPolicy,
+        *,
+        request_timeout_s: float | None = 30.0,
+    ) -> None:
         self.inner = inner
         self.policy = policy
         self.request_timeout_s = request_timeout_s
@@ -308,9 +321,16 @@ class SimObjectStore:
     memory: MemoryObjectStore
 
 
-def build_object_store(rng: SimRandom, trace: Trace, clock: object, *, faults: ObjectStoreFaults | None = None,
-                       max_attempts: int = 4, request_timeout_s: float | None = 30.0,
-                       name: str = "objectstore") -> SimObjectStore:
+def build_object_store(
+    rng: SimRandom,
+    trace: Trace,
+    clock: object,
+    *,
+    faults: ObjectStoreFaults | None = None,
+    max_attempts: int = 4,
+    request_timeout_s: float | None = 30.0,
+    name: str = "objectstore",
+) -> SimObjectStore:
     """Compose memory <- faults <- retries, with the retry jitter drawn from `rng` and the
     backoff slept on virtual time; `clock` stamps objects' last-modified times."""
     memory = MemoryObjectStore(clock=clock)  # type: ignore[arg-type]

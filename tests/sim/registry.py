@@ -40,25 +40,36 @@ class Scenario:
         return None
 
     def run(self, seed: int, **overrides: Any) -> RunResult[Any]:
-        options: dict[str, Any] = {"max_virtual_s": self.max_virtual_s, "max_steps": self.max_steps,
-                                   **self.run_options, **overrides}
+        options: dict[str, Any] = {
+            "max_virtual_s": self.max_virtual_s,
+            "max_steps": self.max_steps,
+            **self.run_options,
+            **overrides,
+        }
         return run(seed, self.main, scenario=self.name, **options)
 
 
 _SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, *, max_virtual_s: float = 600.0, max_steps: int = DEFAULT_MAX_STEPS,
-             test_seeds: int = 100, known_issues: dict[str, str] | None = None,
-             **run_options: Any) -> Callable[[Main], Main]:
+def scenario(
+    name: str,
+    *,
+    max_virtual_s: float = 600.0,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    test_seeds: int = 100,
+    known_issues: dict[str, str] | None = None,
+    **run_options: Any,
+) -> Callable[[Main], Main]:
     """Register the decorated `main` under `name` (the docstring's first line describes it)."""
 
     def register(main: Main) -> Main:
         if name in _SCENARIOS and _SCENARIOS[name].main is not main:
             raise ValueError(f"scenario {name!r} is registered twice")
         description = (main.__doc__ or "").strip().splitlines()[0] if main.__doc__ else ""
-        _SCENARIOS[name] = Scenario(name, main, description, max_virtual_s, max_steps, test_seeds, run_options,
-                                    dict(known_issues or {}))
+        _SCENARIOS[name] = Scenario(
+            name, main, description, max_virtual_s, max_steps, test_seeds, run_options, dict(known_issues or {})
+        )
         return main
 
     return register

@@ -96,8 +96,10 @@ class SimFailure(Exception):
         return f"{self.headline()}\n  replay: {replay_command(self.scenario, self.seed)}"
 
     def headline(self) -> str:
-        return (f"scenario {self.scenario!r} seed {self.seed} failed at virtual {self.virtual_s:.6f} s "
-                f"after {self.steps} loop steps: {self.reason}")
+        return (
+            f"scenario {self.scenario!r} seed {self.seed} failed at virtual {self.virtual_s:.6f} s "
+            f"after {self.steps} loop steps: {self.reason}"
+        )
 
     def report(self, trace_lines: int | None = 60) -> str:
         """Headline, the cause's traceback, exceptions nobody retrieved, the trace's tail and
@@ -117,27 +119,49 @@ class SimFailure(Exception):
 
 def replay_command(scenario: str, seed: int) -> str:
     hash_seed = fixed_hash_seed()
-    command = (f"make sim SCENARIO={scenario} SEEDS={seed}   "
-               f"(or: PYTHONHASHSEED={0 if hash_seed is None else hash_seed} "
-               f".venv/bin/python -m tests.sim --scenario {scenario} --seeds {seed} --verbose)")
+    command = (
+        f"make sim SCENARIO={scenario} SEEDS={seed}   "
+        f"(or: PYTHONHASHSEED={0 if hash_seed is None else hash_seed} "
+        f".venv/bin/python -m tests.sim --scenario {scenario} --seeds {seed} --verbose)"
+    )
     if hash_seed is None:
-        command += ("  [this process ran with a random hash seed: a replay in another process may take "
-                    "another path; the CLI always runs with a fixed one]")
+        command += (
+            "  [this process ran with a random hash seed: a replay in another process may take "
+            "another path; the CLI always runs with a fixed one]"
+        )
     return command
 
 
-def run(seed: int, main: Callable[[Sim], Awaitable[T]], *, scenario: str = "adhoc",
-        max_virtual_s: float = DEFAULT_MAX_VIRTUAL_S, max_steps: int = DEFAULT_MAX_STEPS,
-        epoch_ms: int = DEFAULT_EPOCH_MS, tmp_root: Path | None = None, trace: bool = True,
-        capture_logs: bool = True, fail_on_unhandled: bool = True, guard: bool = True) -> RunResult[T]:
+def run(
+    seed: int,
+    main: Callable[[Sim], Awaitable[T]],
+    *,
+    scenario: str = "adhoc",
+    max_virtual_s: float = DEFAULT_MAX_VIRTUAL_S,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    epoch_ms: int = DEFAULT_EPOCH_MS,
+    tmp_root: Path | None = None,
+    trace: bool = True,
+    capture_logs: bool = True,
+    fail_on_unhandled: bool = True,
+    guard: bool = True,
+) -> RunResult[T]:
     """Run `main(sim)` for `seed` on a fresh SimLoop, bounded by `max_virtual_s` of virtual
     time and `max_steps` loop iterations; return its value or raise SimFailure.
     `fail_on_unhandled`: an exception raised in a task nobody awaited fails the run."""
     loop = SimLoop(max_virtual_s=max_virtual_s, max_steps=max_steps)
     events = Trace(lambda: loop.now_ns, enabled=trace)
     rng = SimRandom(seed)
-    sim = Sim(seed=seed, scenario=scenario, loop=loop, rng=rng, ids=SimIds(rng.fork("ids")),
-              clock=SimClock(loop, epoch_ms=epoch_ms), trace=events, tmp=_fresh_tmp(tmp_root))
+    sim = Sim(
+        seed=seed,
+        scenario=scenario,
+        loop=loop,
+        rng=rng,
+        ids=SimIds(rng.fork("ids")),
+        clock=SimClock(loop, epoch_ms=epoch_ms),
+        trace=events,
+        tmp=_fresh_tmp(tmp_root),
+    )
     events.redactions[str(sim.tmp)] = "<tmp>"
     unhandled: list[str] = []
     loop.set_exception_handler(lambda _loop, context: _on_unhandled(events, unhandled, context))
@@ -148,8 +172,10 @@ def run(seed: int, main: Callable[[Sim], Awaitable[T]], *, scenario: str = "adho
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with (determinism_guard(lambda: loop.now_ns, epoch_ms, rng.fork("guard")) if guard else _nothing()), \
-                (_logs_into(events) if capture_logs else _nothing()):
+        with (
+            determinism_guard(lambda: loop.now_ns, epoch_ms, rng.fork("guard")) if guard else _nothing(),
+            _logs_into(events) if capture_logs else _nothing(),
+        ):
             try:
                 value = loop.run_until_complete(loop.create_task(main(sim), name="main"))
             except (KeyboardInterrupt, SystemExit):

@@ -24,6 +24,7 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
     """Found by diskless_write seed 490: an object whose upload failed resolved its
     `dispatched` future without waiting for its predecessor's, so the next object committed
     before earlier, slower ones."""
+
     async def main(sim: Sim) -> list[str]:
         class Store:
             """PUT 1 is slow, PUT 3 fails, the others are quick."""
@@ -50,12 +51,22 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
                 return [PendingCommit(done, done) for _ in request.partitions]
 
         keys = WalKeyAllocator("", "c", 0, sim.clock.now_ms, first_sequence=0)
-        writer = WalWriter(Store(), keys, Committer(), None, BrokerMetrics(), buffer_max_bytes=1, linger_ms=1000,
-                           max_inflight_bytes=1 << 20)
+        writer = WalWriter(
+            Store(),
+            keys,
+            Committer(),
+            None,
+            BrokerMetrics(),
+            buffer_max_bytes=1,
+            linger_ms=1000,
+            max_inflight_bytes=1 << 20,
+        )
         futures = []
         for seq in range(4):  # one object each (sealed by size)
             batch = memoryview(make_batch(7, seq, 1))
-            append = PartitionAppend(uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms()))
+            append = PartitionAppend(
+                uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms())
+            )
             futures += writer.submit([append])
         await asyncio.gather(*futures)
         return committed

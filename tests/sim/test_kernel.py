@@ -121,8 +121,11 @@ def test_sockets_servers_subprocesses_threads_and_blocking_sleep_are_refused() -
             with pytest.raises(SimForbidden):
                 await attempt()
             refused.append(name)
-        for name, blocking in {"socket": lambda: socket.socket(), "sleep": lambda: time.sleep(0.1),
-                               "thread": lambda: threading.Thread(target=print).start()}.items():
+        for name, blocking in {
+            "socket": lambda: socket.socket(),
+            "sleep": lambda: time.sleep(0.1),
+            "thread": lambda: threading.Thread(target=print).start(),
+        }.items():
             with pytest.raises(SimForbidden):
                 blocking()
             refused.append(name)
@@ -280,8 +283,9 @@ def test_forked_streams_are_independent_of_other_draws() -> None:
 
 async def everything(sim: Sim) -> list[str]:
     """Every seam with faults on, a little traffic through each: the determinism witness."""
-    objects = build_object_store(sim.fork("objectstore"), sim.trace, sim.clock, faults=ObjectStoreFaults.flaky(),
-                                 max_attempts=3)
+    objects = build_object_store(
+        sim.fork("objectstore"), sim.trace, sim.clock, faults=ObjectStoreFaults.flaky(), max_attempts=3
+    )
     metadata = build_metadata_store(sim.fork("metadata"), sim.trace, sim.clock, faults=MetadataFaults.flaky())
     network = SimNetwork(sim.fork("network"), sim.trace, faults=NetFaults.flaky())
     outcomes: list[str] = []
@@ -296,9 +300,11 @@ async def everything(sim: Sim) -> list[str]:
     async def worker(index: int) -> None:
         for step in range(15):
             key = f"k/{index}/{step}"
-            for name, action in (("put", objects.store.put(key, b"x" * step)),
-                                 ("meta", metadata.put(key, b"v")),
-                                 ("rpc", client.call(Ping(step, key), 0.5))):
+            for name, action in (
+                ("put", objects.store.put(key, b"x" * step)),
+                ("meta", metadata.put(key, b"v")),
+                ("rpc", client.call(Ping(step, key), 0.5)),
+            ):
                 try:
                     await action
                     outcomes.append(f"{name} {key} ok")
@@ -384,11 +390,27 @@ def test_a_killed_node_freezes_while_others_go_on_and_a_new_incarnation_runs() -
         restarted = new_node(loop, 1)
         spawn(restarted, ticker("a2", gate))
         await asyncio.sleep(1.5)
-        return {"log": list(log), "restarted": str(restarted), "pending": [describe_task(t) for t in loop.pending_tasks()]}
+        return {
+            "log": list(log),
+            "restarted": str(restarted),
+            "pending": [describe_task(t) for t in loop.pending_tasks()],
+        }
 
     result = value_of(main)
-    assert result["log"] == ["a@1", "b@1", "a@2", "b@2", "b@3", "b saw the gate", "b@4", "b saw the gate",
-                             "b@5", "b saw the gate", "a2@5.2", "a2 saw the gate"]
+    assert result["log"] == [
+        "a@1",
+        "b@1",
+        "a@2",
+        "b@2",
+        "b@3",
+        "b saw the gate",
+        "b@4",
+        "b saw the gate",
+        "b@5",
+        "b saw the gate",
+        "a2@5.2",
+        "a2 saw the gate",
+    ]
     assert result["restarted"] == "n1.2"
     assert any("[n1.1, killed]" in line for line in result["pending"]), "frozen, not finished"
 

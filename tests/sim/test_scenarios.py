@@ -18,8 +18,9 @@ def sim_cli(*args: str, hash_seed: str | None = "0") -> subprocess.CompletedProc
     env.pop("PYTHONHASHSEED", None)
     if hash_seed is not None:
         env["PYTHONHASHSEED"] = hash_seed
-    return subprocess.run([sys.executable, "-m", "tests.sim", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "tests.sim", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_every_scenario_passes_its_test_seeds() -> None:

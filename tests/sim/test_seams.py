@@ -71,8 +71,9 @@ def test_object_store_delay_failure_lost_answer_and_fatal_error() -> None:
 def test_object_store_stall_resume_and_the_retry_layer_timing_out() -> None:
     async def main(sim: Sim) -> None:
         loop = asyncio.get_running_loop()
-        objects = build_object_store(sim.fork("os"), sim.trace, sim.clock, faults=ObjectStoreFaults.none(),
-                                     max_attempts=3, request_timeout_s=2.0)
+        objects = build_object_store(
+            sim.fork("os"), sim.trace, sim.clock, faults=ObjectStoreFaults.none(), max_attempts=3, request_timeout_s=2.0
+        )
         objects.faulty.stall()
         loop.call_later(10, objects.faulty.resume)
         with pytest.raises(ObjectStoreUnavailable, match="timed out"):
@@ -120,9 +121,13 @@ def test_retry_layer_resumes_a_failed_listing_and_put_if_absent_survives_a_lost_
         memory = MemoryObjectStore(clock=sim.clock)
         for i in range(30):
             await memory.put(f"l/{i:02d}", b"x")
-        faulty = FaultyObjectStore(memory, sim.fork("f"), sim.trace, list_page_size=4,
-                                   faults=ObjectStoreFaults(delay_s=(0, 0), fail_p=0.3,
-                                                            operations=frozenset({"list"})))
+        faulty = FaultyObjectStore(
+            memory,
+            sim.fork("f"),
+            sim.trace,
+            list_page_size=4,
+            faults=ObjectStoreFaults(delay_s=(0, 0), fail_p=0.3, operations=frozenset({"list"})),
+        )
         store = RetryingObjectStore(faulty, RetryPolicy(max_attempts=50, random=sim.fork("r").random))
         listed = [info.key async for info in store.list("l/")]
         assert listed == [f"l/{i:02d}" for i in range(30)], "every key once, in order, across failed pages"
@@ -262,10 +267,8 @@ def test_rpc_round_trip_copies_messages_and_reports_errors_like_the_real_client(
 
 def test_rpc_keeps_send_order_on_a_connection_under_random_latency_and_drops() -> None:
     async def main(sim: Sim) -> None:
-        _network, client, received = pair(sim, NetFaults(latency_s=(0.0001, 0.05), spike_p=0.05,
-                                                         drop_request_p=0.2))
-        outcomes = await asyncio.gather(*(client.call(Ping(seq), 2.0) for seq in range(300)),
-                                        return_exceptions=True)
+        _network, client, received = pair(sim, NetFaults(latency_s=(0.0001, 0.05), spike_p=0.05, drop_request_p=0.2))
+        outcomes = await asyncio.gather(*(client.call(Ping(seq), 2.0) for seq in range(300)), return_exceptions=True)
         delivered = [r.seq for r in received]
         assert delivered == sorted(delivered), "delivered in send order, drops or not"
         dropped = [seq for seq, o in enumerate(outcomes) if isinstance(o, RpcTimeout)]
@@ -305,7 +308,9 @@ def test_rpc_partitions_drop_or_hold_and_heal() -> None:
         assert [r.seq for r in received] == [0, 2, 3], "held, not yet delivered"
         network.heal()
         await asyncio.sleep(0.01)
-        assert [r.seq for r in received] == [0, 2, 3, 4], "delivered after the partition healed, long after its caller gave up"
+        assert [r.seq for r in received] == [0, 2, 3, 4], (
+            "delivered after the partition healed, long after its caller gave up"
+        )
         assert sim.trace.count("net", "late response discarded") >= 1
 
     simulate(main)
@@ -364,8 +369,9 @@ def test_rpc_carries_the_brokers_real_peer_messages() -> None:
 
         network.serve(0, "leader", 9093, leader, PeerRequest, PeerResponse)
         pool = network.pool(1, PeerRequest, PeerResponse)
-        request = CommitRequest(COMMIT_VERSION, "1800000000000-0000000001-0000000000",
-                                [CommitPartition(uuid.UUID(int=42), 0, -1, [])])
+        request = CommitRequest(
+            COMMIT_VERSION, "1800000000000-0000000001-0000000000", [CommitPartition(uuid.UUID(int=42), 0, -1, [])]
+        )
         response = await pool.get(0, "leader", 9093).call(request, 1.0)
         assert response.results[0].base_offset == 5 and seen == [request] and seen[0] is not request
         await pool.close()

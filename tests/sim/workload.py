@@ -88,15 +88,25 @@ class Metadata:
         local = [b for b in live if b.az == self._az] or live
         target = local[self._rng.randrange(len(local))]
         try:
-            conn = SimConnection(target, self._client_id, lambda: target.node_id in self._cluster.down,
-                                 self._cluster.client_connections)
-            response = await conn.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                                          include_topic_authorized_operations=False), METADATA_V)
+            conn = SimConnection(
+                target, self._client_id, lambda: target.node_id in self._cluster.down, self._cluster.client_connections
+            )
+            response = await conn.request(
+                MetadataRequest(
+                    topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+                ),
+                METADATA_V,
+            )
             conn.close()
         except ConnectionLost:
             return False
-        self.leaders = {(t.name, p.partition_index): p.leader_id for t in response.topics if t.error_code == 0
-                        for p in t.partitions if p.error_code == 0 and p.leader_id >= 0}
+        self.leaders = {
+            (t.name, p.partition_index): p.leader_id
+            for t in response.topics
+            if t.error_code == 0
+            for p in t.partitions
+            if p.error_code == 0 and p.leader_id >= 0
+        }
         self.epochs = {(t.name, p.partition_index): p.leader_epoch for t in response.topics for p in t.partitions}
         return True
 
@@ -116,8 +126,9 @@ class Connections:
             target = self._cluster.brokers.get(node_id)
             if target is None:
                 raise ConnectionLost(f"no broker {node_id}")
-            conn = SimConnection(target, self._client_id, lambda: node_id in self._cluster.down,
-                                 self._cluster.client_connections)
+            conn = SimConnection(
+                target, self._client_id, lambda: node_id in self._cluster.down, self._cluster.client_connections
+            )
             self.opened += 1
             self._open[node_id] = conn
         return conn
@@ -128,29 +139,54 @@ class Connections:
         self._open.clear()
 
 
-REFRESH_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                  ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_COORDINATOR,
-                  ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+REFRESH_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
 
 
 # Answers after which the batch may have been appended all the same (Kafka's producer
 # treats them as retriable and may duplicate a non-idempotent batch); every other error says
 # the batch was not appended.
-AMBIGUOUS_ERRORS = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_SERVER_ERROR}
+AMBIGUOUS_ERRORS = {
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.UNKNOWN_SERVER_ERROR,
+}
 MAX_ATTEMPTS = 3
 
 
 def make_batch(value: str, now_ms: int, producer_id: int = -1, sequence: int = -1) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
-                                        producer_epoch=0 if producer_id >= 0 else -1, base_sequence=sequence,
-                                        batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=sequence,
+        batch_size=1 << 20,
+    )
     builder.append(0, timestamp=now_ms, key=None, value=value.encode(), headers=[])
     return bytes(builder.build())
 
 
-async def produce(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str,
-                  partitions: list[Key], until_s: float, pause_s: tuple[float, float] = (0.001, 0.05)) -> None:
+async def produce(
+    cluster: SimCluster,
+    ledger: Ledger,
+    rng: SimRandom,
+    name: str,
+    az: str,
+    partitions: list[Key],
+    until_s: float,
+    pause_s: tuple[float, float] = (0.001, 0.05),
+) -> None:
     """Send batches until `until_s` (virtual): each request holds 1-3 partitions that one
     broker serves, classic and diskless mixed, pipelined up to MAX_IN_FLIGHT per connection;
     a failed batch is sent again (up to MAX_ATTEMPTS), as librdkafka retries."""
@@ -204,10 +240,19 @@ async def produce(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
         for sent in batches:
             order = orders[(connection, sent.key)] = orders.get((connection, sent.key), 0) + 1
             sent.attempts.append(Attempt(connection, order))
-            topics.setdefault(sent.key[0], []).append(ProduceRequest.TopicProduceData.PartitionProduceData(
-                index=sent.key[1], records=make_batch(sent.batch, cluster.sim.clock.now_ms())))
-        request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
-            ProduceRequest.TopicProduceData(name=topic, partition_data=parts) for topic, parts in topics.items()])
+            topics.setdefault(sent.key[0], []).append(
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=sent.key[1], records=make_batch(sent.batch, cluster.sim.clock.now_ms())
+                )
+            )
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30_000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(name=topic, partition_data=parts) for topic, parts in topics.items()
+            ],
+        )
         answer = conn.send(request, PRODUCE_V)
         in_flight.setdefault(node_id, []).append(loop.create_task(_produced(answer, batches, retries)))
         await asyncio.sleep(rng.between(pause_s))
@@ -220,8 +265,9 @@ async def produce(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
                 attempt.outcome = "ambiguous"
 
 
-async def produce_idempotent(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str,
-                             partitions: list[Key], until_s: float) -> None:
+async def produce_idempotent(
+    cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str, partitions: list[Key], until_s: float
+) -> None:
     """An idempotent producer (a producer id, a sequence per partition), one batch in flight
     per partition: a batch is retried with its sequence until it is acknowledged, so each
     must land exactly once, in sequence order, whatever the brokers go through."""
@@ -261,14 +307,27 @@ async def produce_idempotent(cluster: SimCluster, ledger: Ledger, rng: SimRandom
         if sent is None:
             sequence = next_sequence[key]
             next_sequence[key] += 1
-            sent = current[key] = ledger.sent.setdefault(f"{name}/{key[0]}-{key[1]}/{sequence}", Sent(
-                f"{name}/{key[0]}-{key[1]}/{sequence}", key, idempotent=True, sequence=sequence))
+            sent = current[key] = ledger.sent.setdefault(
+                f"{name}/{key[0]}-{key[1]}/{sequence}",
+                Sent(f"{name}/{key[0]}-{key[1]}/{sequence}", key, idempotent=True, sequence=sequence),
+            )
         sent.attempts.append(Attempt(f"{name}#{connections.opened}", len(sent.attempts) + 1))
-        request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
-            ProduceRequest.TopicProduceData(name=key[0], partition_data=[
-                ProduceRequest.TopicProduceData.PartitionProduceData(
-                    index=key[1], records=make_batch(sent.batch, cluster.sim.clock.now_ms(), producer_id,
-                                                     sent.sequence))])])
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30_000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=key[0],
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=key[1],
+                            records=make_batch(sent.batch, cluster.sim.clock.now_ms(), producer_id, sent.sequence),
+                        )
+                    ],
+                )
+            ],
+        )
         in_flight.add(key)
 
         async def answered(key: Key, sent: Sent, answer: asyncio.Future[Any]) -> None:
@@ -278,10 +337,14 @@ async def produce_idempotent(cluster: SimCluster, ledger: Ledger, rng: SimRandom
                 stale = stale or refresh
                 if sent.attempts[-1].outcome == "acked":
                     del current[key]
-                elif sent.attempts[-1].error in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                                 ErrorCode.INVALID_PRODUCER_EPOCH):
-                    ledger.violation(f"{name}: {ErrorCode(sent.attempts[-1].error).name} for {sent.batch} "
-                                     "(its predecessors were all acknowledged)")
+                elif sent.attempts[-1].error in (
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    ErrorCode.INVALID_PRODUCER_EPOCH,
+                ):
+                    ledger.violation(
+                        f"{name}: {ErrorCode(sent.attempts[-1].error).name} for {sent.batch} "
+                        "(its predecessors were all acknowledged)"
+                    )
                     del current[key]  # a client would bump its epoch; the run goes on
             finally:
                 in_flight.discard(key)
@@ -300,7 +363,8 @@ async def _init_producer_id(cluster: SimCluster, connections: Connections, rng: 
     target = live[rng.randrange(len(live))]
     try:
         response = await connections.get(target.node_id).request(
-            InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), INIT_PRODUCER_ID_V)
+            InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), INIT_PRODUCER_ID_V
+        )
     except ConnectionLost:
         return -1
     return response.producer_id if response.error_code == 0 else -1
@@ -330,8 +394,9 @@ async def _produced(answer: asyncio.Future[Any], batches: list[Sent], retries: l
     return any(r.error_code in REFRESH_ERRORS for r in results.values())
 
 
-async def consume(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str, key: Key,
-                  until: Callable[[], bool]) -> int:
+async def consume(
+    cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str, key: Key, until: Callable[[], bool]
+) -> int:
     """Read one partition from offset 0 until `until()`; returns the next offset to read.
     OFFSET_OUT_OF_RANGE for an offset the leader holds is a violation (the client would
     reset its position: auto.offset.reset)."""
@@ -352,13 +417,32 @@ async def consume(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
                 await asyncio.sleep(0.25)
                 continue
         node_id = metadata.leaders[key]
-        request = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                               session_id=0, session_epoch=-1, rack_id=az, forgotten_topics_data=[], topics=[
-                                   FetchRequest.FetchTopic(topic=key[0], partitions=[
-                                       FetchRequest.FetchTopic.FetchPartition(
-                                           partition=key[1], current_leader_epoch=-1, fetch_offset=position,
-                                           last_fetched_epoch=-1, log_start_offset=-1,
-                                           partition_max_bytes=256 << 10)])])
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=500,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            rack_id=az,
+            forgotten_topics_data=[],
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=key[0],
+                    partitions=[
+                        FetchRequest.FetchTopic.FetchPartition(
+                            partition=key[1],
+                            current_leader_epoch=-1,
+                            fetch_offset=position,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=256 << 10,
+                        )
+                    ],
+                )
+            ],
+        )
         try:
             response = await connections.get(node_id).request(request, FETCH_V)
         except ConnectionLost:
@@ -371,9 +455,11 @@ async def consume(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
             if leader is not None:
                 log = leader.replica_manager.partitions[key].log
                 if log.log_start_offset <= position <= log.log_end_offset:
-                    ledger.violation(f"{name}: OFFSET_OUT_OF_RANGE from broker {node_id} for {key[0]}-{key[1]} "
-                                     f"offset {position}, which the leader holds [{log.log_start_offset}, "
-                                     f"{log.log_end_offset}]: the client would reset its offsets")
+                    ledger.violation(
+                        f"{name}: OFFSET_OUT_OF_RANGE from broker {node_id} for {key[0]}-{key[1]} "
+                        f"offset {position}, which the leader holds [{log.log_start_offset}, "
+                        f"{log.log_end_offset}]: the client would reset its offsets"
+                    )
             stale = True
             await asyncio.sleep(0.5)
             continue
@@ -383,8 +469,9 @@ async def consume(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str
             continue
         for offset, batch in read_batches(part.records):
             if offset != position:
-                ledger.violation(f"{name}: {key[0]}-{key[1]} batch at offset {offset} where {position} was next "
-                                 "(offsets not dense)")
+                ledger.violation(
+                    f"{name}: {key[0]}-{key[1]} batch at offset {offset} where {position} was next (offsets not dense)"
+                )
             previous = consumed.setdefault(offset, batch)
             if previous != batch:
                 ledger.violation(f"{name}: {key[0]}-{key[1]} offset {offset} read as {batch}, earlier as {previous}")
@@ -399,15 +486,16 @@ def read_batches(records: bytes | None) -> list[tuple[int, str]]:
     position = 0
     data = records or b""
     while position + 12 <= len(data):
-        size = int.from_bytes(data[position + 8:position + 12], "big") + 12
-        batch = DefaultRecordBatch(data[position:position + size])
+        size = int.from_bytes(data[position + 8 : position + 12], "big") + 12
+        batch = DefaultRecordBatch(data[position : position + size])
         found.append((batch.base_offset, next(iter(batch)).value.decode()))
         position += size
     return found
 
 
-async def commit_offsets(cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str, group: str,
-                         keys: list[Key], until_s: float) -> None:
+async def commit_offsets(
+    cluster: SimCluster, ledger: Ledger, rng: SimRandom, name: str, az: str, group: str, keys: list[Key], until_s: float
+) -> None:
     """Commit ever larger offsets (OffsetCommit without a generation, as standalone consumers
     do) and fetch them back: a fetched offset below one already acknowledged is a rollback."""
     loop = asyncio.get_running_loop()
@@ -426,12 +514,28 @@ async def commit_offsets(cluster: SimCluster, ledger: Ledger, rng: SimRandom, na
             if rng.chance(0.6):
                 key = keys[rng.randrange(len(keys))]
                 offset = next_offset[key] = next_offset[key] + 1 + rng.randrange(5)
-                response = await conn.request(OffsetCommitRequest(
-                    group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-                    topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=key[0], partitions=[
-                        OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                            partition_index=key[1], committed_offset=offset, committed_leader_epoch=-1,
-                            committed_metadata="")])]), COMMIT_V)
+                response = await conn.request(
+                    OffsetCommitRequest(
+                        group_id=group,
+                        generation_id_or_member_epoch=-1,
+                        member_id="",
+                        group_instance_id=None,
+                        topics=[
+                            OffsetCommitRequest.OffsetCommitRequestTopic(
+                                name=key[0],
+                                partitions=[
+                                    OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                                        partition_index=key[1],
+                                        committed_offset=offset,
+                                        committed_leader_epoch=-1,
+                                        committed_metadata="",
+                                    )
+                                ],
+                            )
+                        ],
+                    ),
+                    COMMIT_V,
+                )
                 error = response.topics[0].partitions[0].error_code
                 if error == 0:
                     ledger.committed[(group, *key)] = offset
@@ -439,33 +543,41 @@ async def commit_offsets(cluster: SimCluster, ledger: Ledger, rng: SimRandom, na
                     coordinator = None
             else:
                 acked = {key: ledger.committed.get((group, *key)) for key in keys}  # before asking
-                response = await conn.request(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
-                    group_id=group, topics=None)], require_stable=False), OFFSET_FETCH_V)
+                response = await conn.request(
+                    OffsetFetchRequest(
+                        groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)],
+                        require_stable=False,
+                    ),
+                    OFFSET_FETCH_V,
+                )
                 answer = response.groups[0]
                 if answer.error_code:
                     coordinator = None if answer.error_code in REFRESH_ERRORS else coordinator
                 else:
-                    fetched = {(t.name, p.partition_index): p.committed_offset for t in answer.topics
-                               for p in t.partitions}
+                    fetched = {
+                        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
+                    }
                     for key, offset in acked.items():
                         if offset is not None and fetched.get(key, -1) < offset:
-                            ledger.violation(f"{name}: group {group} {key[0]}-{key[1]} fetched offset "
-                                             f"{fetched.get(key, -1)} below the acknowledged commit {offset}")
+                            ledger.violation(
+                                f"{name}: group {group} {key[0]}-{key[1]} fetched offset "
+                                f"{fetched.get(key, -1)} below the acknowledged commit {offset}"
+                            )
         except ConnectionLost:
             coordinator = None
         await asyncio.sleep(rng.between((0.01, 0.2)))
     connections.close_all()
 
 
-async def _find_coordinator(cluster: SimCluster, connections: Connections, group: str,
-                            rng: SimRandom) -> int | None:
+async def _find_coordinator(cluster: SimCluster, connections: Connections, group: str, rng: SimRandom) -> int | None:
     live = cluster.live()
     if not live:
         return None
     target = live[rng.randrange(len(live))]
     try:
         response = await connections.get(target.node_id).request(
-            FindCoordinatorRequest(key=group, key_type=0), FIND_COORDINATOR_V)
+            FindCoordinatorRequest(key=group, key_type=0), FIND_COORDINATOR_V
+        )
     except ConnectionLost:
         return None
     return response.node_id if response.error_code == 0 else None

@@ -9,11 +9,23 @@ from broker.protocol.errors import ErrorCode
 T0 = 1_700_000_000_000
 
 
-def hdr(pid: int = 1000, epoch: int = 0, seq: int = 0, count: int = 1, ts: int = T0, attributes: int = 0) -> BatchHeader:
+def hdr(
+    pid: int = 1000, epoch: int = 0, seq: int = 0, count: int = 1, ts: int = T0, attributes: int = 0
+) -> BatchHeader:
     return BatchHeader(
-        base_offset=0, batch_length=49, partition_leader_epoch=0, magic=2, crc=0,
-        attributes=attributes, last_offset_delta=count - 1, base_timestamp=ts, max_timestamp=ts,
-        producer_id=pid, producer_epoch=epoch, base_sequence=seq, records_count=count,
+        base_offset=0,
+        batch_length=49,
+        partition_leader_epoch=0,
+        magic=2,
+        crc=0,
+        attributes=attributes,
+        last_offset_delta=count - 1,
+        base_timestamp=ts,
+        max_timestamp=ts,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        records_count=count,
     )
 
 

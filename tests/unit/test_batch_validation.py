@@ -22,19 +22,45 @@ from broker.protocol.errors import ApiError, ErrorCode as E
 from broker.topic_config import effective
 
 NOW = 1_800_000_000_000
-OFFSETS = {"batch_length": 8, "magic": 16, "crc": 17, "attributes": 21, "last_offset_delta": 23,
-           "base_timestamp": 27, "max_timestamp": 35, "producer_id": 43, "producer_epoch": 51,
-           "base_sequence": 53, "records_count": 57}
-FORMATS = {"batch_length": ">i", "magic": ">b", "crc": ">I", "attributes": ">h", "last_offset_delta": ">i",
-           "base_timestamp": ">q", "max_timestamp": ">q", "producer_id": ">q", "producer_epoch": ">h",
-           "base_sequence": ">i", "records_count": ">i"}
+OFFSETS = {
+    "batch_length": 8,
+    "magic": 16,
+    "crc": 17,
+    "attributes": 21,
+    "last_offset_delta": 23,
+    "base_timestamp": 27,
+    "max_timestamp": 35,
+    "producer_id": 43,
+    "producer_epoch": 51,
+    "base_sequence": 53,
+    "records_count": 57,
+}
+FORMATS = {
+    "batch_length": ">i",
+    "magic": ">b",
+    "crc": ">I",
+    "attributes": ">h",
+    "last_offset_delta": ">i",
+    "base_timestamp": ">q",
+    "max_timestamp": ">q",
+    "producer_id": ">q",
+    "producer_epoch": ">h",
+    "base_sequence": ">i",
+    "records_count": ">i",
+}
 FRAMING = {E.CORRUPT_MESSAGE, E.UNSUPPORTED_FOR_MESSAGE_FORMAT}
 
 
 def build(count: int, ts: int, codec: int, producer_id: int) -> bytearray:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
-                                        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
-                                        base_sequence=0 if producer_id >= 0 else -1, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=0 if producer_id >= 0 else -1,
+        batch_size=1 << 20,
+    )
     for i in range(count):
         builder.append(i, timestamp=ts + i, key=b"k%d" % i, value=b"v" * (20 + 7 * i), headers=[("h", b"x")])
     return bytearray(builder.build())
@@ -46,29 +72,47 @@ def fix_crc(batch: bytearray) -> None:
 
 @st.composite
 def cases(draw):  # type: ignore[no-untyped-def]
-    batches = [build(draw(st.integers(1, 4)), NOW + draw(st.sampled_from([0, -5_000, 5_000, -10**9, 10**9])),
-                     draw(st.sampled_from([0, 0, 0, 1])), draw(st.sampled_from([-1, 7])))
-               for _ in range(draw(st.integers(1, 3)))]
+    batches = [
+        build(
+            draw(st.integers(1, 4)),
+            NOW + draw(st.sampled_from([0, -5_000, 5_000, -(10**9), 10**9])),
+            draw(st.sampled_from([0, 0, 0, 1])),
+            draw(st.sampled_from([-1, 7])),
+        )
+        for _ in range(draw(st.integers(1, 3)))
+    ]
     victim = batches[draw(st.integers(0, len(batches) - 1))]
     for _ in range(draw(st.integers(1, 2))):
         # Each attribute bit the checks look at gets its own kind, so each is reached often.
         kind = draw(st.sampled_from(["codec", "control", "transactional", "attributes", "count", "field", "flip"]))
         if kind in ("codec", "control", "transactional", "attributes"):
-            flags = {"codec": draw(st.sampled_from([0x05, 0x06, 0x07, 0x0D])), "control": 0x20,
-                     "transactional": 0x10, "attributes": draw(st.integers(-2**15, 2**15 - 1))}[kind]
+            flags = {
+                "codec": draw(st.sampled_from([0x05, 0x06, 0x07, 0x0D])),
+                "control": 0x20,
+                "transactional": 0x10,
+                "attributes": draw(st.integers(-(2**15), 2**15 - 1)),
+            }[kind]
             struct.pack_into(">h", victim, OFFSETS["attributes"], flags)
         elif kind == "count":  # recordsCount and lastOffsetDelta, together or apart
             count = struct.unpack_from(">i", victim, OFFSETS["records_count"])[0]
             name = draw(st.sampled_from(["records_count", "last_offset_delta"]))
-            struct.pack_into(">i", victim, OFFSETS[name], draw(st.sampled_from([0, -1, count + 1, count - 2, 2**31 - 1])))
+            struct.pack_into(
+                ">i", victim, OFFSETS[name], draw(st.sampled_from([0, -1, count + 1, count - 2, 2**31 - 1]))
+            )
         elif kind == "field":
             name = draw(st.sampled_from(sorted(FORMATS)))
             fmt = FORMATS[name]
             bits = struct.calcsize(fmt) * 8
-            low, high = (0, 2**bits - 1) if fmt == ">I" else (-2**(bits - 1), 2**(bits - 1) - 1)
+            low, high = (0, 2**bits - 1) if fmt == ">I" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
             current = struct.unpack_from(fmt, victim, OFFSETS[name])[0]
-            value = draw(st.one_of(st.integers(low, high), st.sampled_from(
-                [v for v in (current - 1, current + 1, 0, -1, 1, NOW + 10**8, NOW - 10**8) if low <= v <= high])))
+            value = draw(
+                st.one_of(
+                    st.integers(low, high),
+                    st.sampled_from(
+                        [v for v in (current - 1, current + 1, 0, -1, 1, NOW + 10**8, NOW - 10**8) if low <= v <= high]
+                    ),
+                )
+            )
             struct.pack_into(fmt, victim, OFFSETS[name], value)
         else:  # any byte after the length field: magic, CRC, header fields or records
             pos = draw(st.integers(12, len(victim) - 1))
@@ -135,24 +179,31 @@ def one_batch(**fields: int) -> bytearray:
     return batch
 
 
-LIMITS = {"max.message.bytes": str(1 << 20), "segment.bytes": str(1 << 30),
-          "message.timestamp.before.max.ms": "10000", "message.timestamp.after.max.ms": "10000"}
+LIMITS = {
+    "max.message.bytes": str(1 << 20),
+    "segment.bytes": str(1 << 30),
+    "message.timestamp.before.max.ms": "10000",
+    "message.timestamp.after.max.ms": "10000",
+}
 
 
-@pytest.mark.parametrize("fields, fix, limits, code", [
-    ({"attributes": 0x05}, True, {}, E.UNSUPPORTED_COMPRESSION_TYPE),
-    ({"attributes": 0x20}, True, {}, E.INVALID_RECORD),                 # control batch
-    ({"attributes": 0x10}, True, {}, E.INVALID_TXN_STATE),              # transactional batch
-    ({"records_count": 0, "last_offset_delta": -1}, True, {}, E.INVALID_RECORD),
-    ({"last_offset_delta": 5}, True, {}, E.INVALID_RECORD),
-    ({"base_timestamp": NOW - 10_001}, True, {}, E.INVALID_TIMESTAMP),
-    ({"max_timestamp": NOW + 10_001}, True, {}, E.INVALID_TIMESTAMP),
-    ({"base_sequence": 3}, False, {}, E.CORRUPT_MESSAGE),               # CRC no longer matches
-    ({"magic": 1}, False, {}, E.UNSUPPORTED_FOR_MESSAGE_FORMAT),
-    ({"batch_length": 10_000}, False, {}, E.CORRUPT_MESSAGE),           # overruns the request
-    ({}, False, {"max.message.bytes": "100"}, E.MESSAGE_TOO_LARGE),
-    ({}, False, {"segment.bytes": "100"}, E.RECORD_LIST_TOO_LARGE),     # a batch larger than a segment
-])
+@pytest.mark.parametrize(
+    "fields, fix, limits, code",
+    [
+        ({"attributes": 0x05}, True, {}, E.UNSUPPORTED_COMPRESSION_TYPE),
+        ({"attributes": 0x20}, True, {}, E.INVALID_RECORD),  # control batch
+        ({"attributes": 0x10}, True, {}, E.INVALID_TXN_STATE),  # transactional batch
+        ({"records_count": 0, "last_offset_delta": -1}, True, {}, E.INVALID_RECORD),
+        ({"last_offset_delta": 5}, True, {}, E.INVALID_RECORD),
+        ({"base_timestamp": NOW - 10_001}, True, {}, E.INVALID_TIMESTAMP),
+        ({"max_timestamp": NOW + 10_001}, True, {}, E.INVALID_TIMESTAMP),
+        ({"base_sequence": 3}, False, {}, E.CORRUPT_MESSAGE),  # CRC no longer matches
+        ({"magic": 1}, False, {}, E.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+        ({"batch_length": 10_000}, False, {}, E.CORRUPT_MESSAGE),  # overruns the request
+        ({}, False, {"max.message.bytes": "100"}, E.MESSAGE_TOO_LARGE),
+        ({}, False, {"segment.bytes": "100"}, E.RECORD_LIST_TOO_LARGE),  # a batch larger than a segment
+    ],
+)
 def test_each_check_alone(fields: dict, fix: bool, limits: dict, code: E) -> None:
     batch = one_batch(**fields)
     if fix:
@@ -181,7 +232,7 @@ def test_mutated_batches_are_refused_for_a_real_reason_or_accepted_whole(case) -
     if not framing:
         for pos in positions:
             size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
-            expected = batch_errors(data[pos:pos + size], overrides)
+            expected = batch_errors(data[pos : pos + size], overrides)
             if expected:
                 break
     try:

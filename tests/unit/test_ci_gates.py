@@ -15,9 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_ci_entry_point_exports_ci_true() -> None:
     script = (REPO / ".ci" / "run").read_text()
-    shown = subprocess.run(["bash", "-c", script.replace("make test", 'echo "CI=$CI"')],
-                           capture_output=True, text=True, timeout=30, cwd=REPO / ".ci",
-                           env={"PATH": "/usr/bin:/bin"})
+    shown = subprocess.run(
+        ["bash", "-c", script.replace("make test", 'echo "CI=$CI"')],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO / ".ci",
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip().splitlines()[-1] == "CI=true"
 

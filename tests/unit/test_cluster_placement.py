@@ -48,9 +48,17 @@ def test_impossible_replication_factors(factor: int, message: str) -> None:
     assert err.value.code == ErrorCode.INVALID_REPLICATION_FACTOR and message in err.value.message
 
 
-@given(brokers=st.lists(st.tuples(st.integers(0, 50), st.sampled_from(["a", "b", "c", None])), min_size=1,
-                        max_size=12, unique_by=lambda b: b[0]),
-       partitions=st.integers(1, 40), start=st.integers(0, 100), data=st.data())
+@given(
+    brokers=st.lists(
+        st.tuples(st.integers(0, 50), st.sampled_from(["a", "b", "c", None])),
+        min_size=1,
+        max_size=12,
+        unique_by=lambda b: b[0],
+    ),
+    partitions=st.integers(1, 40),
+    start=st.integers(0, 100),
+    data=st.data(),
+)
 def test_assignment_properties(brokers, partitions, start, data) -> None:  # type: ignore[no-untyped-def]
     """Every partition gets `factor` distinct brokers spanning min(factor, AZs) AZs, and
     leadership is as even as it can be: counted over every broker (those leading nothing
@@ -101,8 +109,12 @@ def test_preferred_leader_returns_only_when_alive_and_in_sync() -> None:
     assert preferred_leader(state([1, 2, 3], leader=1, isr=[1, 2, 3]), live={1, 2, 3}) is None
 
 
-@given(replicas=st.permutations([1, 2, 3, 4]), isr_mask=st.lists(st.booleans(), min_size=4, max_size=4),
-       live=st.sets(st.sampled_from([1, 2, 3, 4])), leader_alive=st.booleans())
+@given(
+    replicas=st.permutations([1, 2, 3, 4]),
+    isr_mask=st.lists(st.booleans(), min_size=4, max_size=4),
+    live=st.sets(st.sampled_from([1, 2, 3, 4])),
+    leader_alive=st.booleans(),
+)
 def test_reconcile_never_elects_outside_a_clean_isr(replicas, isr_mask, live, leader_alive) -> None:  # type: ignore[no-untyped-def]
     leader = replicas[0]
     isr = [leader] + [r for r, keep in zip(replicas[1:], isr_mask) if keep]

@@ -23,8 +23,9 @@ HEARTBEAT_MS = 500
 
 
 def record(incarnation: str, port: int = 9092) -> records.BrokerRecord:
-    return records.BrokerRecord(records.RECORD_VERSION, 1, "az1", "127.0.0.1", port, "127.0.0.1", port + 100,
-                                False, "test", incarnation)
+    return records.BrokerRecord(
+        records.RECORD_VERSION, 1, "az1", "127.0.0.1", port, "127.0.0.1", port + 100, False, "test", incarnation
+    )
 
 
 class Announced:
@@ -57,6 +58,7 @@ def short_margin(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_registration_of_another_incarnation_is_waited_out_until_its_lease_expires(tmp_path: Path) -> None:
     """This node's previous process, killed moments ago: its registration lives until its
     lease expires. The new process neither overwrites it nor gives up; it registers then."""
+
     async def scenario() -> None:
         clock = ManualClock()
         store = LocalMetadataStore(tmp_path / "store.json", clock)
@@ -74,6 +76,7 @@ def test_a_registration_of_another_incarnation_is_waited_out_until_its_lease_exp
         assert new.lease is not None and (await store.get(records.broker_key(1))).lease == new.lease.id
         await new.stop()
         await store.close()
+
     run(scenario())
 
 
@@ -96,6 +99,7 @@ def test_a_live_registration_of_another_incarnation_refuses_the_start_naming_it(
         assert len(store._leases) == 1, "the refused broker leaves no lease behind"
         await live.stop()
         await store.close()
+
     run(scenario())
 
 
@@ -120,12 +124,14 @@ def test_re_registration_after_a_lost_lease_still_works(tmp_path: Path) -> None:
         assert records.decode(kv.value, records.BrokerRecord).incarnation == "me"
         await broker.stop()
         await store.close()
+
     run(scenario())
 
 
 def test_our_own_registration_under_another_lease_is_taken_over(tmp_path: Path) -> None:
     """A registration put whose answer was lost (MetadataUnavailable) may have happened: the
     key then holds our own incarnation, which we may overwrite."""
+
     async def scenario() -> None:
         store = LocalMetadataStore(tmp_path / "store.json")
         stray = await store.grant_lease(30)
@@ -136,4 +142,5 @@ def test_our_own_registration_under_another_lease_is_taken_over(tmp_path: Path) 
         assert kv is not None and broker.lease is not None and kv.lease == broker.lease.id
         await broker.stop()
         await store.close()
+
     run(scenario())

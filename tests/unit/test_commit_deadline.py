@@ -36,9 +36,16 @@ def object_aged(age_ms: int) -> str:
     return WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - age_ms, first_sequence=0).next().object_id
 
 
-@pytest.mark.parametrize("age_ms, committed", [
-    (0, True), (DEADLINE_MS - 1, True), (DEADLINE_MS, True), (DEADLINE_MS + 1, False), (10 * DEADLINE_MS, False),
-])
+@pytest.mark.parametrize(
+    "age_ms, committed",
+    [
+        (0, True),
+        (DEADLINE_MS - 1, True),
+        (DEADLINE_MS, True),
+        (DEADLINE_MS + 1, False),
+        (10 * DEADLINE_MS, False),
+    ],
+)
 def test_commit_deadline_boundary(tmp_path: Path, age_ms: int, committed: bool) -> None:
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=2)
@@ -51,16 +58,17 @@ def test_commit_deadline_boundary(tmp_path: Path, age_ms: int, committed: bool) 
             assert codes == [ErrorCode.REQUEST_TIMED_OUT] * 2
             assert all("wal.commit.deadline.ms" in r.error_message for r in response.results)
             assert [rig.partitions[i].log.log_end_offset for i in (0, 1)] == [0, 0]
+
     asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("offset, length", [(-1, 100), (8, 0), (8, -100), (-(2**40), -1)])
-def test_commit_with_impossible_coordinates_fails_only_that_partition(tmp_path: Path, offset: int,
-                                                                     length: int) -> None:
+def test_commit_with_impossible_coordinates_fails_only_that_partition(tmp_path: Path, offset: int, length: int) -> None:
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=2)
         response = rig.committer.apply(commit_request(rig, object_aged(0), {1: (offset, length)}))
         assert [r.error_code for r in response.results] == [0, ErrorCode.CORRUPT_MESSAGE]
         assert "bad range" in response.results[1].error_message
         assert [rig.partitions[i].log.log_end_offset for i in (0, 1)] == [2, 0]
+
     asyncio.run(scenario())

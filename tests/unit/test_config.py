@@ -18,18 +18,21 @@ def test_defaults_are_the_embedded_broker() -> None:
 
 def test_precedence_file_env_flags(tmp_path: Path) -> None:
     toml = tmp_path / "shoal.toml"
-    toml.write_text('num.partitions = 2\nnode.id = 4\n[log]\nretention.ms = 1000\n')
+    toml.write_text("num.partitions = 2\nnode.id = 4\n[log]\nretention.ms = 1000\n")
     config = load_config(str(toml), environ={"SHOAL_NUM_PARTITIONS": "3"}, overrides={"node.id": "5"})
     assert (config.num_partitions, config.node_id, config.log_retention_ms) == (3, 5, 1000)
 
 
-@pytest.mark.parametrize("overrides,fragment", [
-    ({"num.partitions": "zero"}, "num.partitions"),
-    ({"num.partitions": "0"}, "num.partitions"),
-    ({"no.such.key": "1"}, "no.such.key"),
-    ({"listen": "nowhere"}, "listen"),
-    ({"log.message.timestamp.type": "Sometimes"}, "log.message.timestamp.type"),
-])
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        ({"num.partitions": "zero"}, "num.partitions"),
+        ({"num.partitions": "0"}, "num.partitions"),
+        ({"no.such.key": "1"}, "no.such.key"),
+        ({"listen": "nowhere"}, "listen"),
+        ({"log.message.timestamp.type": "Sometimes"}, "log.message.timestamp.type"),
+    ],
+)
 def test_bad_config_names_the_key(overrides: dict, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
         load_config(overrides=overrides, environ={})
@@ -48,10 +51,17 @@ def test_every_broker_and_topic_key_is_documented() -> None:
     assert not missing
 
 
-@pytest.mark.parametrize("name,value", [
-    ("retention.ms", "soon"), ("retention.ms", "-2"), ("cleanup.policy", "compact"),
-    ("message.timestamp.type", "Whenever"), ("no.such.config", "1"), ("segment.bytes", "3"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("retention.ms", "soon"),
+        ("retention.ms", "-2"),
+        ("cleanup.policy", "compact"),
+        ("message.timestamp.type", "Whenever"),
+        ("no.such.config", "1"),
+        ("segment.bytes", "3"),
+    ],
+)
 def test_invalid_topic_configs(name: str, value: str) -> None:
     with pytest.raises(ApiError) as info:
         validate_overrides({name: value})

@@ -73,28 +73,59 @@ def test_unknown_and_null_topic_configs_are_refused() -> None:
 
 # broker config key -> lowest accepted value (and None: no lower bound checked beyond the type)
 BROKER_MINIMUMS = {
-    "node.id": 0, "object.store.max.concurrency": 1, "wal.buffer.max.bytes": 1024, "wal.linger.ms": 0,
-    "wal.commit.deadline.ms": 1, "cache.max.bytes": 0, "socket.request.max.bytes": 1,
-    "connections.max.idle.ms": 1, "queued.max.requests": 1, "num.partitions": 1,
-    "default.replication.factor": 1, "log.segment.bytes": 14, "log.roll.ms": 1, "log.retention.ms": -1,
-    "log.retention.bytes": -1, "log.flush.interval.messages": 1, "log.flush.interval.ms": 0,
-    "log.index.interval.bytes": 0, "log.index.size.max.bytes": 4, "message.max.bytes": 0,
-    "min.insync.replicas": 1, "log.message.timestamp.before.max.ms": 0,
-    "log.message.timestamp.after.max.ms": 0, "broker.session.timeout.ms": 2000,
-    "broker.heartbeat.interval.ms": 1, "replica.lag.time.max.ms": 1, "replica.fetch.max.bytes": 1,
-    "replica.fetch.wait.max.ms": 0, "replica.fetch.backoff.ms": 0, "leader.imbalance.check.interval.seconds": 1,
-    "offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 14,
-    "offsets.topic.compaction.min.records": 1, "offsets.commit.timeout.ms": 1, "offsets.retention.minutes": 1,
-    "offsets.retention.check.interval.ms": 1, "offset.metadata.max.bytes": 0,
-    "group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 0,
-    "group.max.session.timeout.ms": 0, "group.max.size": 1, "log.retention.check.interval.ms": 1,
-    "log.flush.scheduler.interval.ms": 1, "producer.id.expiration.ms": 1,
+    "node.id": 0,
+    "object.store.max.concurrency": 1,
+    "wal.buffer.max.bytes": 1024,
+    "wal.linger.ms": 0,
+    "wal.commit.deadline.ms": 1,
+    "cache.max.bytes": 0,
+    "socket.request.max.bytes": 1,
+    "connections.max.idle.ms": 1,
+    "queued.max.requests": 1,
+    "num.partitions": 1,
+    "default.replication.factor": 1,
+    "log.segment.bytes": 14,
+    "log.roll.ms": 1,
+    "log.retention.ms": -1,
+    "log.retention.bytes": -1,
+    "log.flush.interval.messages": 1,
+    "log.flush.interval.ms": 0,
+    "log.index.interval.bytes": 0,
+    "log.index.size.max.bytes": 4,
+    "message.max.bytes": 0,
+    "min.insync.replicas": 1,
+    "log.message.timestamp.before.max.ms": 0,
+    "log.message.timestamp.after.max.ms": 0,
+    "broker.session.timeout.ms": 2000,
+    "broker.heartbeat.interval.ms": 1,
+    "replica.lag.time.max.ms": 1,
+    "replica.fetch.max.bytes": 1,
+    "replica.fetch.wait.max.ms": 0,
+    "replica.fetch.backoff.ms": 0,
+    "leader.imbalance.check.interval.seconds": 1,
+    "offsets.topic.replication.factor": 1,
+    "offsets.topic.num.partitions": 1,
+    "offsets.topic.segment.bytes": 14,
+    "offsets.topic.compaction.min.records": 1,
+    "offsets.commit.timeout.ms": 1,
+    "offsets.retention.minutes": 1,
+    "offsets.retention.check.interval.ms": 1,
+    "offset.metadata.max.bytes": 0,
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 0,
+    "group.max.session.timeout.ms": 0,
+    "group.max.size": 1,
+    "log.retention.check.interval.ms": 1,
+    "log.flush.scheduler.interval.ms": 1,
+    "producer.id.expiration.ms": 1,
     "producer.id.expiration.check.interval.ms": 1,
 }
 # Settings other keys need so that the key under test is the only thing off.
-CONTEXT = {"wal.buffer.max.bytes": {"wal.max.inflight.bytes": "1024"},
-           "broker.heartbeat.interval.ms": {"broker.session.timeout.ms": "2000"},
-           "broker.session.timeout.ms": {"broker.heartbeat.interval.ms": "1"}}
+CONTEXT = {
+    "wal.buffer.max.bytes": {"wal.max.inflight.bytes": "1024"},
+    "broker.heartbeat.interval.ms": {"broker.session.timeout.ms": "2000"},
+    "broker.session.timeout.ms": {"broker.heartbeat.interval.ms": "1"},
+}
 
 
 def load(**overrides: str):  # type: ignore[no-untyped-def]
@@ -136,8 +167,11 @@ def test_metadata_url_scheme(metadata: str) -> None:
 
 
 def test_stateless_needs_etcd_and_a_shared_store_and_no_data_dir() -> None:
-    shared = {"metadata": "etcd://127.0.0.1:2379/x", "rpc.listen": "127.0.0.1:0",
-              "object.store": "s3://bucket/prefix?endpoint=http://127.0.0.1:1"}
+    shared = {
+        "metadata": "etcd://127.0.0.1:2379/x",
+        "rpc.listen": "127.0.0.1:0",
+        "object.store": "s3://bucket/prefix?endpoint=http://127.0.0.1:1",
+    }
     config = load(stateless="true", **shared)
     assert config.stateless and config.data_dir is None
     with pytest.raises(ConfigError, match="--stateless and data.dir are exclusive"):

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from broker.coordinator.lifecycle import (
-    ALLOWED_TRANSITIONS, IllegalShardTransition, ShardState, on_leadership, transition,
+    ALLOWED_TRANSITIONS,
+    IllegalShardTransition,
+    ShardState,
+    on_leadership,
+    transition,
 )
 from broker.coordinator.record_batches import Record, build_batch
 from broker.coordinator.runtime import CoordinatorRuntime
@@ -32,12 +36,19 @@ def test_the_lifecycle_allows_exactly_its_table() -> None:
                     transition(current, target)
 
 
-@pytest.mark.parametrize(("current", "leads", "wanted"), [
-    (S.UNLOADED, True, S.LOADING), (S.FAILED, True, S.LOADING),
-    (S.ACTIVE, True, None), (S.LOADING, True, None),  # a new epoch while leading: nothing to reload
-    (S.ACTIVE, False, S.UNLOADED), (S.FAILED, False, S.UNLOADED), (S.LOADING, False, S.UNLOADED),
-    (S.UNLOADED, False, None),
-])
+@pytest.mark.parametrize(
+    ("current", "leads", "wanted"),
+    [
+        (S.UNLOADED, True, S.LOADING),
+        (S.FAILED, True, S.LOADING),
+        (S.ACTIVE, True, None),
+        (S.LOADING, True, None),  # a new epoch while leading: nothing to reload
+        (S.ACTIVE, False, S.UNLOADED),
+        (S.FAILED, False, S.UNLOADED),
+        (S.LOADING, False, S.UNLOADED),
+        (S.UNLOADED, False, None),
+    ],
+)
 def test_what_a_leadership_change_asks_for(current: ShardState, leads: bool, wanted: ShardState | None) -> None:
     assert on_leadership(current, leads) is wanted
     if wanted is not None:
@@ -90,6 +101,7 @@ class FakePartition:
 
     def append_records(self, data: memoryview, acks: int) -> Any:
         from kafka.record.default_records import DefaultRecordBatch
+
         count = sum(1 for _ in DefaultRecordBatch(bytes(data)))
         self.log.batches.append((self.log.log_end_offset, bytes(data)))
         self.log.log_end_offset += count
@@ -132,15 +144,23 @@ class KeyValueShard:
         self.events.append("unloaded")
 
 
-def make_runtime(partition: FakePartition,
-                 min_records: int = 100) -> tuple[CoordinatorRuntime[KeyValueShard], list[KeyValueShard]]:
+def make_runtime(
+    partition: FakePartition, min_records: int = 100
+) -> tuple[CoordinatorRuntime[KeyValueShard], list[KeyValueShard]]:
     made: list[KeyValueShard] = []
 
     def new_shard(index: int) -> KeyValueShard:
         made.append(KeyValueShard())
         return made[-1]
-    runtime = CoordinatorRuntime("__internal", lambda index: partition, new_shard, lambda: 0,  # type: ignore[arg-type]
-                                 write_timeout_ms=10, compaction_min_records=min_records)
+
+    runtime = CoordinatorRuntime(
+        "__internal",
+        lambda index: partition,
+        new_shard,
+        lambda: 0,  # type: ignore[arg-type]
+        write_timeout_ms=10,
+        compaction_min_records=min_records,
+    )
     return runtime, made
 
 
@@ -175,6 +195,7 @@ def test_a_failed_load_is_retried_when_leadership_comes_back() -> None:
 
     def broken(end_offset: int, records: list[Record]) -> None:
         raise ValueError("unknown record version")
+
     runtime._new_shard = lambda index: SimpleNamespace(replay=broken)  # type: ignore[assignment, return-value]
     with pytest.raises(ValueError):
         runtime.on_role_changed(partition)  # type: ignore[arg-type]
@@ -196,6 +217,7 @@ def test_write_path_appends_tells_the_shard_then_exposes_only_what_is_replicated
         assert await runtime.replicated(0, end) == ErrorCode.REQUEST_TIMED_OUT and shard.exposed_to == 0
         partition.log.high_watermark = 1
         assert await runtime.replicated(0, end) is None and shard.exposed_to == 1
+
     asyncio.run(scenario())
 
 
@@ -215,4 +237,5 @@ def test_compaction_reappends_the_live_state_with_the_triggering_write_then_trun
         await asyncio.sleep(0)
         assert partition.log.log_start_offset == 4
         await runtime.stop()
+
     asyncio.run(scenario())

@@ -85,18 +85,26 @@ def test_unknown_identity_version_and_garbage_are_refused(tmp_path: Path) -> Non
 
 def test_a_data_dir_locked_by_another_process_is_refused_naming_its_pid(tmp_path: Path) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from pathlib import Path; from broker.datadir import DataDir\n"
-         "d = DataDir.open(Path(sys.argv[1]), 1); print('locked', flush=True); sys.stdin.read()",
-         str(tmp_path)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from broker.datadir import DataDir\n"
+            "d = DataDir.open(Path(sys.argv[1]), 1); print('locked', flush=True); sys.stdin.read()",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
         with pytest.raises(DataDirError) as refused:
             DataDir.open(tmp_path, 1)
         message = str(refused.value)
-        assert f"data dir {tmp_path} is in use by another broker process (pid {holder.pid} holds " \
-               f"{tmp_path / LOCK_FILE})" in message
+        assert (
+            f"data dir {tmp_path} is in use by another broker process (pid {holder.pid} holds "
+            f"{tmp_path / LOCK_FILE})" in message
+        )
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

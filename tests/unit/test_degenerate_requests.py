@@ -31,7 +31,7 @@ async def write_canary(client: InProcessClient) -> tuple[str, list[bytes]]:
 
 async def assert_healthy(harness: InProcessBroker, canary: tuple[str, list[bytes]]) -> dict[int, tuple[int, int]]:
     topic, values = canary
-    client = harness.client()                            # a fresh connection
+    client = harness.client()  # a fresh connection
     versions = await client.api_versions()
     part = await client.fetch(topic, 0, 0)
     assert part.error_code == 0 and part.high_watermark == len(values)
@@ -43,13 +43,14 @@ async def send_degenerate(client: InProcessClient, frame: bytes) -> None:
     try:
         await client.send_frame(frame)
     except ConnectionFault:
-        pass                                             # the server closes that connection
+        pass  # the server closes that connection
 
 
 def test_degenerate_bodies_for_every_advertised_version(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Empty, all-zero (null arrays/strings in flexible versions, empty ones otherwise) and
     all-0xFF bodies for every advertised API and version: the broker answers or closes the
     connection, but no handler may get an ill-typed request (listed all at once)."""
+
     async def scenario() -> None:
         async with InProcessBroker(tmp_path) as harness:
             canary = await write_canary(harness.client())
@@ -69,7 +70,13 @@ def test_degenerate_bodies_for_every_advertised_version(tmp_path: Path, caplog: 
             for request in unanswered:
                 request.cancel()
             await asyncio.gather(*unanswered, return_exceptions=True)
-        offenders = sorted({r.getMessage().split("(client ")[1].split(",")[0] for r in caplog.records
-                            if "handler for API" in r.getMessage() and "(client deg-" in r.getMessage()})
+        offenders = sorted(
+            {
+                r.getMessage().split("(client ")[1].split(",")[0]
+                for r in caplog.records
+                if "handler for API" in r.getMessage() and "(client deg-" in r.getMessage()
+            }
+        )
         assert not offenders, f"handlers crashed on {len(offenders)} degenerate requests: {offenders}"
+
     asyncio.run(scenario())

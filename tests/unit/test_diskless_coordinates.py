@@ -10,13 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
-from broker.log.coordinates import (InvalidCoordinates, WalRef, WalRefFormatError, decode_ref, encode_ref,
-                                        make_ref)
+from broker.log.coordinates import InvalidCoordinates, WalRef, WalRefFormatError, decode_ref, encode_ref, make_ref
 from broker.protocol.errors import ApiError, ErrorCode
 from walfiles.keys import format_wal_id
 
-object_ids = st.builds(format_wal_id, st.integers(0, 10**13 - 1), st.integers(0, 2**31 - 1),
-                       st.integers(0, 10**10 - 1))
+object_ids = st.builds(format_wal_id, st.integers(0, 10**13 - 1), st.integers(0, 2**31 - 1), st.integers(0, 10**10 - 1))
 
 
 @given(object_ids, st.integers(0, 2**40), st.integers(1, 2**31))
@@ -66,6 +64,9 @@ def test_a_range_is_accepted_exactly_when_it_can_hold_a_batch(offset: int, lengt
 
 
 def test_commit_request_survives_msgpack() -> None:
-    request = CommitRequest(COMMIT_VERSION, format_wal_id(1, 2, 3), [
-        CommitPartition(uuid.uuid4(), 7, -1, [CommitBatch(bytes(61), 8, 100), CommitBatch(b"\x01" * 61, 108, 50)])])
+    request = CommitRequest(
+        COMMIT_VERSION,
+        format_wal_id(1, 2, 3),
+        [CommitPartition(uuid.uuid4(), 7, -1, [CommitBatch(bytes(61), 8, 100), CommitBatch(b"\x01" * 61, 108, 50)])],
+    )
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=CommitRequest) == request

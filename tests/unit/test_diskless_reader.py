@@ -138,7 +138,7 @@ def test_only_the_misses_are_fetched() -> None:
         oid, data, batches, refs = build_object(1, 4)
         await store.put(key_of(oid), data)
         cache = ObjectCache(1 << 20)
-        cache.put_range(oid, refs[0].offset, data[refs[0].offset:refs[1].end])
+        cache.put_range(oid, refs[0].offset, data[refs[0].offset : refs[1].end])
         views = await WalReader(store, key_of, cache).read(refs)
         assert [bytes(v) for v in views] == batches
         assert store.gets == [("ok", refs[3].end - refs[2].offset)]

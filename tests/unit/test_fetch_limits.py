@@ -31,8 +31,15 @@ VALUES = {0: [3000, 500, 500, 500], 1: [700, 700, 700, 700], 2: [400, 1200, 400,
 
 
 def value_batch(size: int, tag: int) -> memoryview:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     builder.append(0, timestamp=CLOCK_START, key=b"%d" % tag, value=bytes([tag % 251]) * size, headers=[])
     return memoryview(bytes(builder.build()))
 
@@ -45,8 +52,11 @@ async def topics_with_data(tmp_path: Path) -> tuple[SimpleNamespace, dict[str, l
     hosted: dict[tuple[str, int], Partition] = {}
     sizes: dict[str, list[list[int]]] = {"c": [], "d": []}
     for index, values in VALUES.items():
-        classic = lead(Partition.open("c", index, tmp_path / f"c-{index}", classic_settings, rig.clock,
-                                      86_400_000, on_append=lambda p: None))
+        classic = lead(
+            Partition.open(
+                "c", index, tmp_path / f"c-{index}", classic_settings, rig.clock, 86_400_000, on_append=lambda p: None
+            )
+        )
         batches = [value_batch(v, index * 10 + i) for i, v in enumerate(values)]
         for b in batches:
             classic.append_records(b, acks=1)
@@ -64,22 +74,49 @@ async def topics_with_data(tmp_path: Path) -> tuple[SimpleNamespace, dict[str, l
 
     broker = SimpleNamespace(
         catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
-        replica_manager=SimpleNamespace(partitions=hosted, get=lambda name, index: hosted[(name, index)],
-                                        leader=leader),
-        wal_reader=rig.reader, waiters=FetchWaiters(), metrics=rig.metrics, stopping=False,
-        router=SimpleNamespace(racks=SimpleNamespace(remember=lambda peer, rack: None)))
+        replica_manager=SimpleNamespace(
+            partitions=hosted, get=lambda name, index: hosted[(name, index)], leader=leader
+        ),
+        wal_reader=rig.reader,
+        waiters=FetchWaiters(),
+        metrics=rig.metrics,
+        stopping=False,
+        router=SimpleNamespace(racks=SimpleNamespace(remember=lambda peer, rack: None)),
+    )
     return broker, sizes
 
 
-def request(topic: str, order: list[int], max_bytes: int, partition_max_bytes: int,
-            offsets: dict[int, int] | None = None) -> FetchRequest:
+def request(
+    topic: str, order: list[int], max_bytes: int, partition_max_bytes: int, offsets: dict[int, int] | None = None
+) -> FetchRequest:
     T = FetchRequest.FetchTopic
-    return FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
-                        session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
-                        topics=[T(topic=topic, partitions=[T.FetchPartition(
-                            partition=p, current_leader_epoch=-1, fetch_offset=(offsets or {}).get(p, 0),
-                            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=partition_max_bytes)
-                            for p in order])])
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        rack_id="",
+        forgotten_topics_data=[],
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    T.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=(offsets or {}).get(p, 0),
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p in order
+                ],
+            )
+        ],
+    )
 
 
 def kip74(sizes: list[list[int]], max_bytes: int, partition_max_bytes: int) -> list[int]:
@@ -97,10 +134,17 @@ def kip74(sizes: list[list[int]], max_bytes: int, partition_max_bytes: int) -> l
     return out
 
 
-async def fetch_counts(broker, topic: str, order: list[int], max_bytes: int, pmb: int,  # type: ignore[no-untyped-def]
-                       offsets: dict[int, int] | None = None) -> tuple[list[int], int]:
-    response = await fetch.handle(broker, SimpleNamespace(api_version=12, peer="p"),
-                                  request(topic, order, max_bytes, pmb, offsets))
+async def fetch_counts(
+    broker,
+    topic: str,
+    order: list[int],
+    max_bytes: int,
+    pmb: int,  # type: ignore[no-untyped-def]
+    offsets: dict[int, int] | None = None,
+) -> tuple[list[int], int]:
+    response = await fetch.handle(
+        broker, SimpleNamespace(api_version=12, peer="p"), request(topic, order, max_bytes, pmb, offsets)
+    )
     [answer] = response.responses
     counts, total = [], 0
     for part in answer.partitions:
@@ -119,11 +163,11 @@ async def fetch_counts(broker, topic: str, order: list[int], max_bytes: int, pmb
 
 
 LIMITS = [  # (max_bytes, partition_max_bytes)
-    (1 << 20, 1 << 20),   # everything
-    (2500, 1 << 20),      # the response limit cuts across partitions
+    (1 << 20, 1 << 20),  # everything
+    (2500, 1 << 20),  # the response limit cuts across partitions
     (5000, 1 << 20),
-    (1 << 20, 1500),      # the partition limit cuts each partition
-    (100, 1 << 20),       # smaller than any batch: the first batch whole, nothing else
+    (1 << 20, 1500),  # the partition limit cuts each partition
+    (100, 1 << 20),  # smaller than any batch: the first batch whole, nothing else
     (1 << 20, 100),
     (4000, 1000),
 ]
@@ -141,6 +185,7 @@ def test_fetch_sizes_follow_kip74(tmp_path: Path, topic: str, max_bytes: int, pm
         first_batch = next(s[0] for s in in_order if s)
         assert total <= max(max_bytes, first_batch), "over max_bytes beyond the first batch"
         assert counts[0] >= 1, "the first partition with data always yields its first batch"
+
     asyncio.run(scenario())
 
 
@@ -148,10 +193,12 @@ def test_fetch_sizes_follow_kip74(tmp_path: Path, topic: str, max_bytes: int, pm
 def test_first_batch_exception_goes_to_the_first_partition_with_data(tmp_path: Path, topic: str) -> None:
     """Partition 1 is fetched at its log end (nothing to send): partition 0, next in the
     request, gets the first-batch exception, partition 2 gets nothing."""
+
     async def scenario() -> None:
         broker, sizes = await topics_with_data(tmp_path)
         counts, total = await fetch_counts(broker, topic, [1, 0, 2], 100, 100, offsets={1: 4})
         assert counts == [0, 1, 0] and total == sizes[topic][0][0]
+
     asyncio.run(scenario())
 
 
@@ -159,6 +206,7 @@ def test_first_batch_exception_goes_to_the_first_partition_with_data(tmp_path: P
 def test_a_consumer_with_tiny_limits_reads_everything_in_order(tmp_path: Path, topic: str) -> None:
     """max_bytes = partition_max_bytes = 1, as a consumer with minimal fetch sizes sends: one
     batch per fetch, and fetching from the next offset each time reads every batch."""
+
     async def scenario() -> None:
         broker, sizes = await topics_with_data(tmp_path)
         for index in range(3):
@@ -170,4 +218,5 @@ def test_a_consumer_with_tiny_limits_reads_everything_in_order(tmp_path: Path, t
                 assert counts == [1]
                 offset, fetched = offset + 1, fetched + 1
             assert fetched == len(sizes[topic][index])
+
     asyncio.run(scenario())

@@ -36,15 +36,37 @@ async def topic_with_batches(client: InProcessClient, mode: str, topic: str) -> 
     return sizes
 
 
-async def fetch_many(client: InProcessClient, topic: str, order: list[int], max_bytes: int,
-                     partition_max_bytes: int) -> list[list[Any]]:
+async def fetch_many(
+    client: InProcessClient, topic: str, order: list[int], max_bytes: int, partition_max_bytes: int
+) -> list[list[Any]]:
     """One Fetch of `order`'s partitions from offset 0; each partition's batches (kafka-python's decoder)."""
     wanted = FetchRequest.FetchTopic
-    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
-                           session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                           topics=[wanted(topic=topic, partitions=[wanted.FetchPartition(
-                               partition=p, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                               partition_max_bytes=partition_max_bytes) for p in order])])
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            wanted(
+                topic=topic,
+                partitions=[
+                    wanted.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p in order
+                ],
+            )
+        ],
+    )
     response = await client.request(request, await client.version(FetchRequest, cap=12))
     [answer] = response.responses
     assert [p.partition_index for p in answer.partitions] == order
@@ -63,6 +85,7 @@ async def fetch_many(client: InProcessClient, topic: str, order: list[int], max_
 def test_fetch_limits_smaller_than_the_data(tmp_path: Path, mode: str) -> None:
     """max_bytes across partitions, partition_max_bytes per partition, the first batch whole:
     what comes back is exactly KIP-74's count of whole batches, in offset order."""
+
     async def scenario() -> None:
         async with InProcessBroker(tmp_path) as harness:
             client = harness.client()
@@ -73,8 +96,10 @@ def test_fetch_limits_smaller_than_the_data(tmp_path: Path, mode: str) -> None:
                     want = kip74([sizes[p] for p in order], max_bytes, partition_max_bytes)
                     where = f"max_bytes={max_bytes} partition_max_bytes={partition_max_bytes} order={order}"
                     assert [len(b) for b in got] == want, where
-                    assert [[b.base_offset for b in bs] for bs in got] == [[3 * i for i in range(n)] for n in want], \
+                    assert [[b.base_offset for b in bs] for bs in got] == [[3 * i for i in range(n)] for n in want], (
                         where
+                    )
                     total = sum(sizes[p][i] for p, n in zip(order, want) for i in range(n))
                     assert total <= max(max_bytes, sizes[order[0]][0]), where
+
     asyncio.run(scenario())

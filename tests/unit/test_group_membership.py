@@ -60,8 +60,7 @@ def complete_sync(group, clock, results, assignment_of=lambda mid: f"assign:{mid
             assert isinstance(p, Pending)
             parked[p] = r.member_id
     member_ids = [r.member_id for r in results]
-    leader_res = sync(group, clock, leader, gen,
-                      assignments={mid: assignment_of(mid) for mid in member_ids})
+    leader_res = sync(group, clock, leader, gen, assignments={mid: assignment_of(mid) for mid in member_ids})
     assert isinstance(leader_res, SyncResult)
     out = {leader: leader_res}
     for p, res in completions(group).items():
@@ -190,10 +189,8 @@ def test_batched_leave_reports_per_member_errors():
     group, clock, results = form_group(2, instances=["i0", "i1"])
     complete_sync(group, clock, results)
     a = results[0].member_id
-    res = group.leave(clock.now_ms(), [(a, "i0"), ("nobody", None), ("", "i1"), ("", "ghost"),
-                                       (a, "i0")])
-    assert res.member_errors == (E.NONE, E.UNKNOWN_MEMBER_ID, E.NONE, E.UNKNOWN_MEMBER_ID,
-                                 E.UNKNOWN_MEMBER_ID)
+    res = group.leave(clock.now_ms(), [(a, "i0"), ("nobody", None), ("", "i1"), ("", "ghost"), (a, "i0")])
+    assert res.member_errors == (E.NONE, E.UNKNOWN_MEMBER_ID, E.NONE, E.UNKNOWN_MEMBER_ID, E.UNKNOWN_MEMBER_ID)
     assert group.state is GroupState.EMPTY and group.size == 0
     assert group.static_member_id("i1") is None
 
@@ -308,7 +305,7 @@ def test_absent_static_member_is_kept_through_rebalance_until_session_expiry():
     p = join(group, clock, member_id=a, instance="i0", tag="changed")
     assert isinstance(p, Pending)
     assert heartbeat(group, clock, b, 1, instance="i1") == E.REBALANCE_IN_PROGRESS
-    done = advance(group, clock, 5_000)  # b's session (10 s) is still alive... 
+    done = advance(group, clock, 5_000)  # b's session (10 s) is still alive...
     assert done == {}
     # b never rejoins: its session expires before the rebalance timeout -> removed, join completes
     done = advance(group, clock, 6_000)
@@ -367,12 +364,13 @@ def test_sync_protocol_name_mismatch():
     group, clock, results = form_group(1)
     a = results[0].member_id
     assert sync(group, clock, a, 1, protocol_name="rr").error_code == E.INCONSISTENT_GROUP_PROTOCOL
-    assert sync(group, clock, a, 1, protocol_type="consumer", protocol_name="range",
-                assignments={a: b"x"}).assignment == b"x"
+    assert (
+        sync(group, clock, a, 1, protocol_type="consumer", protocol_name="range", assignments={a: b"x"}).assignment
+        == b"x"
+    )
 
 
-@pytest.mark.parametrize("session_ms,ok", [(5_999, False), (6_000, True), (1_800_000, True),
-                                           (1_800_001, False)])
+@pytest.mark.parametrize("session_ms,ok", [(5_999, False), (6_000, True), (1_800_000, True), (1_800_001, False)])
 def test_session_timeout_bounds(session_ms, ok):
     group, clock = make_group()
     res = join(group, clock, session_ms=session_ms)
@@ -396,9 +394,11 @@ def test_group_max_size_while_preparing_and_stable():
 
 def test_protocol_selection_by_vote():
     group, clock = make_group()
-    p = [join(group, clock, client="a", names=("range", "roundrobin")),
-         join(group, clock, client="b", names=("roundrobin", "range")),
-         join(group, clock, client="c", names=("roundrobin", "sticky", "range"))]
+    p = [
+        join(group, clock, client="a", names=("range", "roundrobin")),
+        join(group, clock, client="b", names=("roundrobin", "range")),
+        join(group, clock, client="c", names=("roundrobin", "sticky", "range")),
+    ]
     done = advance(group, clock, 10_000)
     assert {done[t].protocol_name for t in p} == {"roundrobin"}
     leader = next(done[t] for t in p if done[t].members)
@@ -465,7 +465,9 @@ def test_member_that_never_syncs_is_removed_after_rebalance_timeout():
 
 
 def test_new_member_parked_join_times_out_with_unknown_member_id():
-    group, clock, results = form_group(1, )
+    group, clock, results = form_group(
+        1,
+    )
     a = results[0].member_id
     complete_sync(group, clock, results)
     p = join(group, clock, client="slow", rebalance_ms=600_000)
@@ -510,15 +512,13 @@ def test_describe_shows_metadata_only_when_stable():
     d = group.describe()
     assert (d.state, d.protocol_type, d.protocol_name) == ("Stable", "consumer", "range")
     assert {m.metadata for m in d.members} == {b"range:m0", b"range:m1"}
-    assert all(m.assignment.startswith(b"assign:") and m.client_host == "/10.0.0.1"
-               for m in d.members)
+    assert all(m.assignment.startswith(b"assign:") and m.client_host == "/10.0.0.1" for m in d.members)
     assert make_group()[0].describe().state == "Empty"
 
 
 def test_validate_offset_commit():
     group, clock = make_group()
-    assert group.validate_offset_commit(0, member_id="", group_instance_id=None,
-                                        generation_id=-1) == E.NONE
+    assert group.validate_offset_commit(0, member_id="", group_instance_id=None, generation_id=-1) == E.NONE
     group, clock, results = form_group(1)
     a = results[0].member_id
     v = lambda **kw: group.validate_offset_commit(clock.now_ms(), **kw)  # noqa: E731
@@ -572,6 +572,7 @@ def test_snapshot_of_empty_group_and_over_capacity_reload():
 def test_snapshot_unknown_version_is_rejected():
     group, _ = make_group()
     import msgspec
+
     bad = msgspec.structs.replace(group.to_snapshot(), version=99)
     with pytest.raises(UnknownGroupSnapshotVersionError):
         decode_snapshot(encode_snapshot(bad))

@@ -76,20 +76,32 @@ class GroupMachine(RuleBasedStateMachine):
 
     # ---- rules ------------------------------------------------------------------------------
 
-    @rule(i=st.integers(0, 4), fresh=st.booleans(), require_known=st.booleans(),
-          protos=st.sampled_from(PROTOCOL_SETS), ptype=st.sampled_from(["consumer", "consumer", "x"]),
-          session=st.sampled_from([10_000, 10_000, 6_000, 5_000]), rebalance=st.sampled_from([30_000, 30_000, 5_000, 0]))
+    @rule(
+        i=st.integers(0, 4),
+        fresh=st.booleans(),
+        require_known=st.booleans(),
+        protos=st.sampled_from(PROTOCOL_SETS),
+        ptype=st.sampled_from(["consumer", "consumer", "x"]),
+        session=st.sampled_from([10_000, 10_000, 6_000, 5_000]),
+        rebalance=st.sampled_from([30_000, 30_000, 5_000, 0]),
+    )
     def join(self, i, fresh, require_known, protos, ptype, session, rebalance):
         c = self.clients[i]
         if fresh:
             c.member_id = ""
         c.protocols = protos
         res = self.group.join(
-            self.clock.now_ms(), member_id=c.member_id, group_instance_id=c.instance,
-            client_id=c.name, client_host="h", session_timeout_ms=session,
-            rebalance_timeout_ms=rebalance, protocol_type=ptype,
+            self.clock.now_ms(),
+            member_id=c.member_id,
+            group_instance_id=c.instance,
+            client_id=c.name,
+            client_host="h",
+            session_timeout_ms=session,
+            rebalance_timeout_ms=rebalance,
+            protocol_type=ptype,
             protocols=[(p, f"{p}:{c.name}".encode()) for p in protos],
-            require_known_member_id=require_known, supports_skip_assignment=bool(i % 2),
+            require_known_member_id=require_known,
+            supports_skip_assignment=bool(i % 2),
         )
         self._direct(c, res)
 
@@ -97,20 +109,23 @@ class GroupMachine(RuleBasedStateMachine):
     def sync(self, i, stale):
         c = self.clients[i]
         assignments = {m: f"a:{m}".encode() for m in c.known_members} if c.leader else {}
-        res = self.group.sync(self.clock.now_ms(), member_id=c.member_id,
-                              group_instance_id=c.instance,
-                              generation_id=c.generation - (1 if stale else 0),
-                              assignments=assignments)
+        res = self.group.sync(
+            self.clock.now_ms(),
+            member_id=c.member_id,
+            group_instance_id=c.instance,
+            generation_id=c.generation - (1 if stale else 0),
+            assignments=assignments,
+        )
         self._direct(c, res)
 
     @rule(i=st.integers(0, 4))
     def heartbeat(self, i):
         c = self.clients[i]
-        err = self.group.heartbeat(self.clock.now_ms(), member_id=c.member_id,
-                                   group_instance_id=c.instance, generation_id=c.generation)
+        err = self.group.heartbeat(
+            self.clock.now_ms(), member_id=c.member_id, group_instance_id=c.instance, generation_id=c.generation
+        )
         self._drain()
-        assert err in (E.NONE, E.REBALANCE_IN_PROGRESS, E.UNKNOWN_MEMBER_ID,
-                       E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID)
+        assert err in (E.NONE, E.REBALANCE_IN_PROGRESS, E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID)
 
     @rule(ids=st.lists(st.integers(0, 4), min_size=1, max_size=3), by_instance=st.booleans())
     def leave(self, ids, by_instance):
@@ -129,8 +144,7 @@ class GroupMachine(RuleBasedStateMachine):
         member = g.member(c.member_id) if c.member_id else None
         if member is not None and (member.awaiting_join or member.awaiting_sync):
             return  # already waiting for an answer
-        if member is not None and g.state is GroupState.COMPLETING_REBALANCE \
-                and c.generation == g.generation_id:
+        if member is not None and g.state is GroupState.COMPLETING_REBALANCE and c.generation == g.generation_id:
             self.sync(i, False)
         elif member is not None and g.state is GroupState.STABLE and c.generation == g.generation_id:
             self.heartbeat(i)
@@ -154,9 +168,15 @@ class GroupMachine(RuleBasedStateMachine):
         """A static member restarts: unknown member id, same group.instance.id."""
         c = self.clients[i]
         res = self.group.join(
-            self.clock.now_ms(), member_id="", group_instance_id=c.instance, client_id=c.name,
-            client_host="h", session_timeout_ms=10_000, rebalance_timeout_ms=30_000,
-            protocol_type="consumer", protocols=[(p, f"{p}:{c.name}".encode()) for p in c.protocols],
+            self.clock.now_ms(),
+            member_id="",
+            group_instance_id=c.instance,
+            client_id=c.name,
+            client_host="h",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=30_000,
+            protocol_type="consumer",
+            protocols=[(p, f"{p}:{c.name}".encode()) for p in c.protocols],
             supports_skip_assignment=skip,
         )
         self._direct(c, res)
@@ -174,6 +194,7 @@ class GroupMachine(RuleBasedStateMachine):
     @rule()
     def snapshot_round_trip(self):
         from broker.groups import decode_snapshot, encode_snapshot
+
         snap = self.group.to_snapshot()
         assert decode_snapshot(encode_snapshot(snap)) == snap
 
@@ -212,6 +233,8 @@ class GroupMachine(RuleBasedStateMachine):
 
 TestGroupMachine = GroupMachine.TestCase
 TestGroupMachine.settings = settings(
-    max_examples=300, stateful_step_count=60, deadline=None,
+    max_examples=300,
+    stateful_step_count=60,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -43,11 +43,13 @@ def _import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(anchor + ([node.module] if node.module else []))
                 # `from package import module` imports the module; `from module import name` the module
-                targets = [known(f"{base}.{alias.name}") if f"{base}.{alias.name}" in modules else known(base)
-                           for alias in node.names]
+                targets = [
+                    known(f"{base}.{alias.name}") if f"{base}.{alias.name}" in modules else known(base)
+                    for alias in node.names
+                ]
             else:
                 continue
             graph[name].update(t for t in targets if t is not None and t != name)
@@ -98,6 +100,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def _by_top_level(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The same graph with each subpackage of broker/ (diskless, replication, ...) as one node."""
+
     def group(name: str) -> str:
         return ".".join(name.split(".")[:2])
 

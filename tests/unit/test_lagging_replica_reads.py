@@ -43,6 +43,7 @@ class Peers:
             self.asked.append(node_id)
             response = await self.services[node_id].handle(request)
             return msgspec.msgpack.decode(msgspec.msgpack.encode(response), type=ReplicaReadResponse)
+
         return SimpleNamespace(call=call, address=f"broker{node_id}")
 
 
@@ -52,12 +53,20 @@ def broker_view(node_id: int, rig: Rig, hosted: dict, peers: Peers) -> SimpleNam
     return SimpleNamespace(
         config=SimpleNamespace(node_id=node_id, az="az1"),
         catalog=SimpleNamespace(get=lambda name: topic if name == "t" else None, by_id=lambda topic_id: topic),
-        view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): PartitionState(STATE, 5)},
-                             brokers={n: BrokerRecord(1, n, "az1", "h", 9092, "h", 9093, False, "0", "x")
-                                      for n in (LEADER, FOLLOWER, READER)}),
+        view=SimpleNamespace(
+            partitions={(str(TOPIC_ID), 0): PartitionState(STATE, 5)},
+            brokers={
+                n: BrokerRecord(1, n, "az1", "h", 9092, "h", 9093, False, "0", "x") for n in (LEADER, FOLLOWER, READER)
+            },
+        ),
         replica_manager=SimpleNamespace(partitions=hosted, get=lambda name, index: hosted[(name, index)]),
-        rpc_pool=peers, wal_reader=rig.reader, waiters=FetchWaiters(), metrics=rig.metrics, stopping=False,
-        router=SimpleNamespace(racks=SimpleNamespace(remember=lambda peer, rack: None)))
+        rpc_pool=peers,
+        wal_reader=rig.reader,
+        waiters=FetchWaiters(),
+        metrics=rig.metrics,
+        stopping=False,
+        router=SimpleNamespace(racks=SimpleNamespace(remember=lambda peer, rack: None)),
+    )
 
 
 async def cluster(tmp_path: Path) -> tuple[Rig, Partition, Peers]:
@@ -68,16 +77,18 @@ async def cluster(tmp_path: Path) -> tuple[Rig, Partition, Peers]:
     for seq in range(0, 10, 2):
         [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(seq, producer_id=50))]))
         assert result.error_code == 0
-    follower = Partition.open("t", 0, tmp_path / "follower", rig.settings, rig.clock, 86_400_000,
-                              on_append=lambda p: None)
+    follower = Partition.open(
+        "t", 0, tmp_path / "follower", rig.settings, rig.clock, 86_400_000, on_append=lambda p: None
+    )
     follower.make_follower(STATE, 5)
     follower.append_replicated([(int(e.kind), bytes(e.data)) for e in leader.log.read(0, 1 << 20, 4)], 4)
     peers = Peers()
     hosted_by = {LEADER: {("t", 0): leader}, FOLLOWER: {("t", 0): follower}}
     for node, hosted in hosted_by.items():
         replicas = SimpleNamespace(get=lambda name, index, hosted=hosted: hosted[(name, index)])
-        peers.services[node] = ReplicaReadService(SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")),
-                                                  replicas, FetchWaiters())  # type: ignore[arg-type]
+        peers.services[node] = ReplicaReadService(
+            SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")), replicas, FetchWaiters()
+        )  # type: ignore[arg-type]
     return rig, follower, peers
 
 
@@ -89,6 +100,7 @@ async def fetch_at(broker: SimpleNamespace, offset: int):  # type: ignore[no-unt
 def test_a_lagging_follower_asks_the_leader_instead_of_answering_out_of_range(tmp_path: Path) -> None:
     """Regression (issue 11, defect 3): a representative whose replica lagged (it had just
     restarted) answered OFFSET_OUT_OF_RANGE for an offset valid on the leader."""
+
     async def scenario() -> None:
         rig, follower, peers = await cluster(tmp_path)
         broker = broker_view(FOLLOWER, rig, {("t", 0): follower}, peers)
@@ -97,27 +109,32 @@ def test_a_lagging_follower_asks_the_leader_instead_of_answering_out_of_range(tm
         assert [o for o in range(6, 10, 2)] == _offsets(answer.records) and peers.asked == [LEADER]
         beyond = await fetch_at(broker, 20)  # past the leader's end too: the leader says so
         assert beyond.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
     asyncio.run(scenario())
 
 
 def test_a_lagging_source_replica_sends_a_broker_without_storage_to_the_leader(tmp_path: Path) -> None:
     """Regression (issue 11, defect 3): the replica a stateless broker reads from answered
     OFFSET_OUT_OF_RANGE for an offset past its own log end."""
+
     async def scenario() -> None:
         rig, follower, peers = await cluster(tmp_path)
         broker = broker_view(READER, rig, {}, peers)
         broker.view.partitions[(str(TOPIC_ID), 0)] = PartitionState(
-            PartitionStateRecord(1, [LEADER, FOLLOWER], LEADER, 0, [FOLLOWER, LEADER]), 5)
+            PartitionStateRecord(1, [LEADER, FOLLOWER], LEADER, 0, [FOLLOWER, LEADER]), 5
+        )
         broker.view.brokers[LEADER] = msgspec.structs.replace(broker.view.brokers[LEADER], az="az2")
         answer = await fetch_at(broker, 6)  # the in-AZ follower is asked first, then the leader
         assert answer.error_code == 0 and _offsets(answer.records) == [6, 8]
         assert peers.asked == [FOLLOWER, LEADER]
+
     asyncio.run(scenario())
 
 
 def test_list_offsets_and_epochs_of_a_followed_partition_go_to_the_leader(tmp_path: Path) -> None:
     """Regression (issue 11, defect 3): ListOffsets and OffsetForLeaderEpoch were answered
     from a lagging replica's log end and epoch history."""
+
     async def scenario() -> None:
         rig, follower, peers = await cluster(tmp_path)
         header = SimpleNamespace(forwarded=False)
@@ -125,15 +142,17 @@ def test_list_offsets_and_epochs_of_a_followed_partition_go_to_the_leader(tmp_pa
         assert forward_target(broker_view(FOLLOWER, rig, {("t", 0): follower}, peers), header, topic, 0) == LEADER
         assert forward_target(broker_view(READER, rig, {}, peers), header, topic, 0) == LEADER
         assert forward_target(broker_view(LEADER, rig, {("t", 0): rig.partitions[0]}, peers), header, topic, 0) is None
+
     asyncio.run(scenario())
 
 
 def _offsets(records: bytes) -> list[int]:
     from kafka.record.default_records import DefaultRecordBatch
+
     offsets, position = [], 0
     while position < len(records):
-        size = int.from_bytes(records[position + 8:position + 12], "big") + 12
-        offsets.append(DefaultRecordBatch(records[position:position + size]).base_offset)
+        size = int.from_bytes(records[position + 8 : position + 12], "big") + 12
+        offsets.append(DefaultRecordBatch(records[position : position + size]).base_offset)
         position += size
     return offsets
 
@@ -143,6 +162,7 @@ def test_a_fetch_mixing_hosted_and_remote_partitions_long_polls_both(tmp_path: P
     another replica waits on both at once: the remote replica is asked once, long-polling
     (not polled every 100 ms), and a commit there wakes the fetch at once; a local append
     wakes it too."""
+
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=1)
         for index in range(2):
@@ -152,11 +172,14 @@ def test_a_fetch_mixing_hosted_and_remote_partitions_long_polls_both(tmp_path: P
         local, remote = rig.partitions[0], rig.partitions[1]
         peers, leader_waiters = Peers(), FetchWaiters()
         remote_replicas = SimpleNamespace(get=lambda name, index: remote)
-        peers.services[LEADER] = ReplicaReadService(SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")),
-                                                    remote_replicas, leader_waiters)  # type: ignore[arg-type]
+        peers.services[LEADER] = ReplicaReadService(
+            SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")), remote_replicas, leader_waiters
+        )  # type: ignore[arg-type]
         broker = broker_view(READER, rig, {("t", 0): local}, peers)
-        broker.catalog = SimpleNamespace(get=lambda name: Topic("t", TOPIC_ID, 2, {}, rig.settings),
-                                         by_id=lambda topic_id: Topic("t", TOPIC_ID, 2, {}, rig.settings))
+        broker.catalog = SimpleNamespace(
+            get=lambda name: Topic("t", TOPIC_ID, 2, {}, rig.settings),
+            by_id=lambda topic_id: Topic("t", TOPIC_ID, 2, {}, rig.settings),
+        )
         broker.view.partitions[(str(TOPIC_ID), 1)] = PartitionState(STATE, 5)
 
         def tail(local_offset: int, remote_offset: int):  # type: ignore[no-untyped-def]
@@ -180,4 +203,5 @@ def test_a_fetch_mixing_hosted_and_remote_partitions_long_polls_both(tmp_path: P
         assert _offsets(answer[0].records) == [2]
         await asyncio.sleep(0)  # the cancelled long poll cleans up after itself
         assert not leader_waiters._waiting, "the long poll at the remote replica was withdrawn"
+
     asyncio.run(scenario())

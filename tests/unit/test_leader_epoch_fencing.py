@@ -14,8 +14,10 @@ def test_the_current_epoch_or_none_passes(asked: int) -> None:
     check_leader_epoch(asked, 5)
 
 
-@pytest.mark.parametrize("asked, code", [(4, ErrorCode.FENCED_LEADER_EPOCH), (0, ErrorCode.FENCED_LEADER_EPOCH),
-                                         (6, ErrorCode.UNKNOWN_LEADER_EPOCH)])
+@pytest.mark.parametrize(
+    "asked, code",
+    [(4, ErrorCode.FENCED_LEADER_EPOCH), (0, ErrorCode.FENCED_LEADER_EPOCH), (6, ErrorCode.UNKNOWN_LEADER_EPOCH)],
+)
 def test_an_older_epoch_is_fenced_and_a_newer_one_unknown(asked: int, code: ErrorCode) -> None:
     with pytest.raises(ApiError) as raised:
         check_leader_epoch(asked, 5)

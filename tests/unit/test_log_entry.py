@@ -34,8 +34,14 @@ offsets = st.integers(min_value=0, max_value=2**63 - 2**31)
 epochs = st.integers(min_value=-1, max_value=2**31 - 1)
 
 
-@given(kind=kinds, payload=st.binary(max_size=600), base_offset=offsets, epoch=epochs,
-       records=st.integers(1, 1000), ts=st.integers(-1, 2**62))
+@given(
+    kind=kinds,
+    payload=st.binary(max_size=600),
+    base_offset=offsets,
+    epoch=epochs,
+    records=st.integers(1, 1000),
+    ts=st.integers(-1, 2**62),
+)
 def test_entry_round_trip(kind, payload, base_offset, epoch, records, ts):
     data = make_batch(records, payload, ts)
     original = bytes(data)
@@ -72,6 +78,7 @@ def test_truncated_entry_is_rejected(payload, cut):
 def _reframe(entry: bytes, version: int | None = None, kind: int | None = None) -> bytes:
     """Rewrite version/kind and fix the CRC, as a newer broker would have written it."""
     import crc32c
+
     buf = bytearray(entry)
     if version is not None:
         buf[8] = version
@@ -106,6 +113,7 @@ def test_header_only_entry():
 
 
 # ---- indexes ----------------------------------------------------------------------------------
+
 
 @given(st.lists(st.integers(0, 1000), unique=True, max_size=60), st.integers(-5, 1100))
 def test_offset_index_floor_lookup(rel_offsets, target):
@@ -142,17 +150,28 @@ def test_index_valid_prefix_stops_at_garbage():
 
 # ---- config -----------------------------------------------------------------------------------
 
+
 def test_config_defaults_are_kafkas():
     cfg = LogConfig()
     assert cfg.segment_bytes == 1 << 30 and cfg.retention_ms == 7 * 24 * 3600 * 1000
     assert cfg.flush_messages == 2**63 - 1 and cfg.index_interval_bytes == 4096
 
 
-@pytest.mark.parametrize("field,value", [
-    ("segment_bytes", 0), ("segment_bytes", 2**31), ("retention_ms", -2), ("retention_bytes", -5),
-    ("flush_messages", 0), ("segment_index_bytes", 8), ("segment_ms", 0), ("index_interval_bytes", -1),
-    ("segment_bytes", "big"), ("segment_bytes", True),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("segment_bytes", 0),
+        ("segment_bytes", 2**31),
+        ("retention_ms", -2),
+        ("retention_bytes", -5),
+        ("flush_messages", 0),
+        ("segment_index_bytes", 8),
+        ("segment_ms", 0),
+        ("index_interval_bytes", -1),
+        ("segment_bytes", "big"),
+        ("segment_bytes", True),
+    ],
+)
 def test_config_rejects_out_of_range(field, value):
     with pytest.raises(LogConfigError):
         LogConfig(**{field: value})
@@ -168,10 +187,18 @@ def test_config_from_kafka_names():
 
 # ---- checkpoint -------------------------------------------------------------------------------
 
+
 def test_checkpoint_round_trip_and_atomic_replace(tmp_path):
     assert read_checkpoint(tmp_path) is None
-    ck = LogCheckpoint(version=1, log_start_offset=3, high_watermark=10, recovery_point=9,
-                       recovery_segment_base=5, recovery_position=777, clean_shutdown=True)
+    ck = LogCheckpoint(
+        version=1,
+        log_start_offset=3,
+        high_watermark=10,
+        recovery_point=9,
+        recovery_segment_base=5,
+        recovery_position=777,
+        clean_shutdown=True,
+    )
     write_checkpoint(tmp_path, ck)
     write_checkpoint(tmp_path, ck)
     assert read_checkpoint(tmp_path) == ck
@@ -191,7 +218,14 @@ def test_checkpoint_unknown_version_is_rejected(tmp_path):
 @given(st.integers(0, 2**62), st.integers(0, 2**62), st.booleans())
 def test_checkpoint_property(tmp_path_factory, lso, extra, clean):
     path = tmp_path_factory.mktemp("ck")
-    ck = LogCheckpoint(version=1, log_start_offset=lso, high_watermark=lso + extra, recovery_point=lso,
-                       recovery_segment_base=lso, recovery_position=extra, clean_shutdown=clean)
+    ck = LogCheckpoint(
+        version=1,
+        log_start_offset=lso,
+        high_watermark=lso + extra,
+        recovery_point=lso,
+        recovery_segment_base=lso,
+        recovery_position=extra,
+        clean_shutdown=clean,
+    )
     write_checkpoint(path, ck)
     assert read_checkpoint(path) == ck

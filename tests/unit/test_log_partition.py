@@ -29,6 +29,7 @@ def fill(log: PartitionLog, n: int, records: int = 3, payload: int = 40, ts_step
 
 # ---- append -----------------------------------------------------------------------------------
 
+
 def test_append_assigns_dense_offsets_and_patches_header(tmp_path):
     log = open_log(tmp_path)
     data = make_batch(5, b"r" * 100)
@@ -50,7 +51,7 @@ def test_append_assigns_dense_offsets_and_patches_header(tmp_path):
 def test_append_accepts_memoryview_and_coordinates(tmp_path):
     log = open_log(tmp_path)
     buf = bytearray(b"\0" * 7) + make_batch(1, b"") + b"tail"
-    view = memoryview(buf)[7:7 + 61]
+    view = memoryview(buf)[7 : 7 + 61]
     header = parse_header(view)
     coords = bytes(view) + b"wal-object-17:0:512"
     log.append(EntryKind.COORDINATES, header, coords, 1)
@@ -98,8 +99,12 @@ def test_many_segments_round_trip(tmp_path):
 
 
 @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 300)), min_size=1, max_size=40),
-       segment_bytes=st.integers(100, 2000), interval=st.integers(0, 500), data=st.data())
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 300)), min_size=1, max_size=40),
+    segment_bytes=st.integers(100, 2000),
+    interval=st.integers(0, 500),
+    data=st.data(),
+)
 def test_read_matches_model(tmp_path_factory, sizes, segment_bytes, interval, data):
     path = tmp_path_factory.mktemp("log")
     log = open_log(path, config=small_config(segment_bytes=segment_bytes, index_interval_bytes=interval))
@@ -190,6 +195,7 @@ def test_high_watermark(tmp_path):
 
 # ---- timestamps -------------------------------------------------------------------------------
 
+
 def test_offset_and_time_index_lookups_survive_reopen(tmp_path):
     cfg = small_config(segment_bytes=700, index_interval_bytes=50)
     log = open_log(tmp_path, config=cfg)
@@ -231,6 +237,7 @@ def test_max_timestamp_ties_and_empty(tmp_path):
 
 
 # ---- rolling ----------------------------------------------------------------------------------
+
 
 def test_roll_by_segment_ms(tmp_path):
     clock = ManualClock(T0)
@@ -274,6 +281,7 @@ def test_roll_on_relative_offset_overflow(tmp_path):
 
 # ---- truncation -------------------------------------------------------------------------------
 
+
 def test_truncate_to(tmp_path):
     cfg = small_config(segment_bytes=400, index_interval_bytes=50)
     log = open_log(tmp_path, config=cfg)
@@ -313,6 +321,7 @@ def test_truncate_to_segment_boundary_and_below_start(tmp_path):
 
 
 # ---- deletion and retention -------------------------------------------------------------------
+
 
 def test_delete_records_before(tmp_path):
     log = open_log(tmp_path, config=small_config(segment_bytes=300))
@@ -372,6 +381,7 @@ def _fields(cfg: LogConfig) -> dict:
 
 
 # ---- flushing ---------------------------------------------------------------------------------
+
 
 def test_flush_policy(tmp_path):
     clock = ManualClock(T0)
@@ -457,8 +467,12 @@ def test_closed_log_refuses_everything(tmp_path):
     log = open_log(tmp_path)
     append_batch(log)
     log.close()
-    for call in (lambda: log.read(0, 100, 1), lambda: log.truncate_to(0), lambda: log.enforce_retention(),
-                 lambda: log.delete_records_before(0)):
+    for call in (
+        lambda: log.read(0, 100, 1),
+        lambda: log.truncate_to(0),
+        lambda: log.enforce_retention(),
+        lambda: log.delete_records_before(0),
+    ):
         with pytest.raises(LogClosedError):
             call()
     log.flush()  # a no-op, so a late flush from a worker thread is harmless

@@ -14,15 +14,29 @@ from broker.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, NO_PRODUCER_I
 T0 = 1_700_000_000_000
 
 
-def make_batch(records: int = 1, payload: bytes | int = 16, max_ts: int = T0, base_ts: int | None = None,
-               producer_id: int = NO_PRODUCER_ID) -> bytearray:
+def make_batch(
+    records: int = 1,
+    payload: bytes | int = 16,
+    max_ts: int = T0,
+    base_ts: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+) -> bytearray:
     """A well-formed v2 batch whose record bytes are opaque filler (the log never looks inside)."""
     body = payload if isinstance(payload, bytes) else os.urandom(payload)
     header = BatchHeader(
-        base_offset=0, batch_length=BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body), partition_leader_epoch=-1,
-        magic=2, crc=0, attributes=0, last_offset_delta=records - 1,
-        base_timestamp=max_ts if base_ts is None else base_ts, max_timestamp=max_ts,
-        producer_id=producer_id, producer_epoch=-1, base_sequence=-1, records_count=records,
+        base_offset=0,
+        batch_length=BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
+        partition_leader_epoch=-1,
+        magic=2,
+        crc=0,
+        attributes=0,
+        last_offset_delta=records - 1,
+        base_timestamp=max_ts if base_ts is None else base_ts,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=-1,
+        base_sequence=-1,
+        records_count=records,
     )
     buf = bytearray(header.pack() + body)
     crc = crc32c.crc32c(memoryview(buf)[21:])
@@ -30,8 +44,15 @@ def make_batch(records: int = 1, payload: bytes | int = 16, max_ts: int = T0, ba
     return buf
 
 
-def append_batch(log: PartitionLog, records: int = 1, payload: bytes | int = 16, max_ts: int = T0,
-                 kind: EntryKind = EntryKind.RECORDS, leader_epoch: int = 0, set_hw: bool = True):
+def append_batch(
+    log: PartitionLog,
+    records: int = 1,
+    payload: bytes | int = 16,
+    max_ts: int = T0,
+    kind: EntryKind = EntryKind.RECORDS,
+    leader_epoch: int = 0,
+    set_hw: bool = True,
+):
     data = make_batch(records, payload, max_ts)
     result = log.append(kind, parse_header(data), data, leader_epoch)
     if set_hw:

@@ -45,8 +45,13 @@ def policy(sleeps: list[float], **overrides: object) -> RetryPolicy:
     async def fake_sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    options: dict[str, object] = {"max_attempts": 4, "base_delay_ms": 100, "max_delay_ms": 1000,
-                                  "random": lambda: 1.0, "sleep": fake_sleep}
+    options: dict[str, object] = {
+        "max_attempts": 4,
+        "base_delay_ms": 100,
+        "max_delay_ms": 1000,
+        "random": lambda: 1.0,
+        "sleep": fake_sleep,
+    }
     options.update(overrides)
     return RetryPolicy(**options)  # type: ignore[arg-type]
 

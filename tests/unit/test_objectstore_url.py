@@ -44,7 +44,9 @@ def test_s3() -> None:
     asyncio.run(store.close())
     assert parse_s3_url("s3://my-bucket") == ("my-bucket", "", {})
     assert parse_s3_url("s3://my.bucket/p?addressing_style=virtual") == (
-        "my.bucket", "p", {"addressing_style": "virtual"}
+        "my.bucket",
+        "p",
+        {"addressing_style": "virtual"},
     )
 
 

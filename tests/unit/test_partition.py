@@ -19,9 +19,15 @@ CLOCK_START = 1_800_000_000_000
 
 
 def batch(seq: int, count: int = 2, producer_id: int = 7, epoch: int = 0, ts: int = CLOCK_START) -> memoryview:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=producer_id, producer_epoch=epoch, base_sequence=seq,
-                                        batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        batch_size=1 << 20,
+    )
     for i in range(count):
         builder.append(i, timestamp=ts, key=b"k", value=b"v%d" % i, headers=[])
     return memoryview(bytes(builder.build()))
@@ -50,19 +56,22 @@ def test_duplicates_answer_original_offsets_across_unclean_restart(tmp_path: Pat
     partition.log.flush()
     # no close(): as after kill -9, the newest snapshot is older than the log end
     reopened = open_partition(tmp_path, clock, **{"segment.bytes": "300"})
-    assert reopened.append_records(batch(18), acks=-1).base_offset == 18   # retry of the last batch
-    assert reopened.log.log_end_offset == 20                                 # not appended again
+    assert reopened.append_records(batch(18), acks=-1).base_offset == 18  # retry of the last batch
+    assert reopened.log.log_end_offset == 20  # not appended again
     with pytest.raises(ApiError) as info:
         reopened.append_records(batch(40), acks=-1)
     assert info.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert reopened.append_records(batch(20), acks=-1).base_offset == 20
 
 
-@pytest.mark.parametrize("mutate,code", [
-    (lambda raw: raw.__setitem__(-1, raw[-1] ^ 0xFF), ErrorCode.CORRUPT_MESSAGE),
-    (lambda raw: raw.__setitem__(16, 1), ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
-    (lambda raw: raw.__setitem__(slice(None), raw[:-3]), ErrorCode.CORRUPT_MESSAGE),
-])
+@pytest.mark.parametrize(
+    "mutate,code",
+    [
+        (lambda raw: raw.__setitem__(-1, raw[-1] ^ 0xFF), ErrorCode.CORRUPT_MESSAGE),
+        (lambda raw: raw.__setitem__(16, 1), ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+        (lambda raw: raw.__setitem__(slice(None), raw[:-3]), ErrorCode.CORRUPT_MESSAGE),
+    ],
+)
 def test_bad_batches(tmp_path: Path, clock: ManualClock, mutate, code: ErrorCode) -> None:  # type: ignore[no-untyped-def]
     partition = open_partition(tmp_path, clock)
     raw = bytearray(batch(0))
@@ -74,13 +83,17 @@ def test_bad_batches(tmp_path: Path, clock: ManualClock, mutate, code: ErrorCode
 
 
 def test_size_timestamp_and_min_isr_limits(tmp_path: Path, clock: ManualClock) -> None:
-    partition = open_partition(tmp_path, clock, **{"max.message.bytes": "50", "min.insync.replicas": "2",
-                                                   "message.timestamp.after.max.ms": "1000"})
+    partition = open_partition(
+        tmp_path,
+        clock,
+        **{"max.message.bytes": "50", "min.insync.replicas": "2", "message.timestamp.after.max.ms": "1000"},
+    )
     with pytest.raises(ApiError) as info:
         partition.append_records(batch(0), acks=1)
     assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
-    partition.update_settings(effective({"min.insync.replicas": "2", "message.timestamp.after.max.ms": "1000"},
-                                        load_config(environ={})))
+    partition.update_settings(
+        effective({"min.insync.replicas": "2", "message.timestamp.after.max.ms": "1000"}, load_config(environ={}))
+    )
     with pytest.raises(ApiError) as info:
         partition.append_records(batch(0, ts=CLOCK_START + 5_000), acks=1)
     assert info.value.code == ErrorCode.INVALID_TIMESTAMP

@@ -44,19 +44,20 @@ def test_isr_shrinking_below_min_insync_while_waiting_is_not_enough_replicas_aft
     async def scenario() -> None:
         clock = ManualClock(CLOCK_START)
         partition = leader_of_three(tmp_path, clock)
-        outcome = partition.append_records(batch(0), acks=-1)          # 3 in sync >= 2: accepted
+        outcome = partition.append_records(batch(0), acks=-1)  # 3 in sync >= 2: accepted
         waiting = asyncio.ensure_future(partition.wait_replicated(outcome.end_offset, 30))
         await asyncio.sleep(0.01)
         assert not waiting.done(), "followers 1 and 2 hold nothing yet"
-        set_isr(partition, [0], 2)                                       # both followers dropped out
+        set_isr(partition, [0], 2)  # both followers dropped out
         with pytest.raises(ApiError) as info:
             await asyncio.wait_for(waiting, 5)
         assert info.value.code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         assert partition.log.log_end_offset == 2, "appended, just not acknowledged"
-        with pytest.raises(ApiError) as before:                          # the next one is refused up front
+        with pytest.raises(ApiError) as before:  # the next one is refused up front
             partition.append_records(batch(2), acks=-1)
         assert before.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
         assert partition.log.log_end_offset == 2
+
     asyncio.run(scenario())
 
 
@@ -67,10 +68,11 @@ def test_isr_shrinking_to_exactly_min_insync_still_succeeds(tmp_path: Path) -> N
         outcome = partition.append_records(batch(0), acks=-1)
         waiting = asyncio.ensure_future(partition.wait_replicated(outcome.end_offset, 30))
         await asyncio.sleep(0.01)
-        set_isr(partition, [0, 1], 2)                                    # 2 left: still enough
+        set_isr(partition, [0, 1], 2)  # 2 left: still enough
         await asyncio.sleep(0.01)
         assert not waiting.done(), "follower 1 has not fetched the records yet"
         follower_fetch(partition, 1, clock)
-        await asyncio.wait_for(waiting, 5)                               # no error
+        await asyncio.wait_for(waiting, 5)  # no error
         assert partition.log.high_watermark == 2
+
     asyncio.run(scenario())

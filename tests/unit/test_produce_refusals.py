@@ -30,33 +30,51 @@ CLASSIC_ID = uuid.UUID(int=11)
 def seam(tmp_path: Path):  # type: ignore[no-untyped-def]
     rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=1)
     classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
-    classic = lead(Partition.open("c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000,
-                                  on_append=lambda p: None))
+    classic = lead(
+        Partition.open("c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000, on_append=lambda p: None)
+    )
     topics = {"t": Topic("t", TOPIC_ID, 1, {}, rig.settings), "c": Topic("c", CLASSIC_ID, 1, {}, classic_settings)}
     broker = SimpleNamespace(
-        metrics=rig.metrics, clock=rig.clock, wal=rig.writer, node_id=0,
+        metrics=rig.metrics,
+        clock=rig.clock,
+        wal=rig.writer,
+        node_id=0,
         router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
         catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
         view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
-        replica_manager=SimpleNamespace(get=lambda name, index: classic))
+        replica_manager=SimpleNamespace(get=lambda name, index: classic),
+    )
     return rig, classic, broker
 
 
 def request(acks: int, transactional_id: str | None, now_ms: int) -> SimpleNamespace:
-    return SimpleNamespace(acks=acks, transactional_id=transactional_id, timeout_ms=30_000, topic_data=[
-        SimpleNamespace(name=name, topic_id=None, partition_data=[
-            SimpleNamespace(index=0, records=plain_batch(name.encode(), now_ms))])
-        for name in ("c", "t")])
+    return SimpleNamespace(
+        acks=acks,
+        transactional_id=transactional_id,
+        timeout_ms=30_000,
+        topic_data=[
+            SimpleNamespace(
+                name=name,
+                topic_id=None,
+                partition_data=[SimpleNamespace(index=0, records=plain_batch(name.encode(), now_ms))],
+            )
+            for name in ("c", "t")
+        ],
+    )
 
 
-@pytest.mark.parametrize("transactional_id, acks, code", [
-    ("tx-1", -1, ErrorCode.INVALID_TXN_STATE),
-    ("", 1, ErrorCode.INVALID_TXN_STATE),          # an empty id is still an id (null is none)
-    (None, 2, ErrorCode.INVALID_REQUIRED_ACKS),
-    (None, -2, ErrorCode.INVALID_REQUIRED_ACKS),
-])
-def test_refused_for_every_partition_and_nothing_appended(tmp_path: Path, transactional_id: str | None,
-                                                          acks: int, code: ErrorCode) -> None:
+@pytest.mark.parametrize(
+    "transactional_id, acks, code",
+    [
+        ("tx-1", -1, ErrorCode.INVALID_TXN_STATE),
+        ("", 1, ErrorCode.INVALID_TXN_STATE),  # an empty id is still an id (null is none)
+        (None, 2, ErrorCode.INVALID_REQUIRED_ACKS),
+        (None, -2, ErrorCode.INVALID_REQUIRED_ACKS),
+    ],
+)
+def test_refused_for_every_partition_and_nothing_appended(
+    tmp_path: Path, transactional_id: str | None, acks: int, code: ErrorCode
+) -> None:
     async def scenario() -> None:
         rig, classic, broker = seam(tmp_path)
         header = SimpleNamespace(peer="p", client_id="c")
@@ -67,6 +85,7 @@ def test_refused_for_every_partition_and_nothing_appended(tmp_path: Path, transa
         # the same request without the problem is appended on both
         fine = await produce.handle(broker, header, request(-1, None, rig.clock.now_ms()))
         assert [p.error_code for t in fine.responses for p in t.partition_responses] == [0, 0]
+
     asyncio.run(scenario())
 
 
@@ -80,10 +99,21 @@ def test_init_producer_id_refuses_a_transactional_id() -> None:
 
         broker = SimpleNamespace(producer_ids=SimpleNamespace(next_id=next_id))
         header = SimpleNamespace(api_version=4)
-        refused = await init_producer_id.handle(broker, header, InitProducerIdRequest(
-            transactional_id="tx-1", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+        refused = await init_producer_id.handle(
+            broker,
+            header,
+            InitProducerIdRequest(
+                transactional_id="tx-1", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+            ),
+        )
         assert (refused.error_code, refused.producer_id, handed_out) == (ErrorCode.UNSUPPORTED_VERSION, -1, [])
-        granted = await init_producer_id.handle(broker, header, InitProducerIdRequest(
-            transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+        granted = await init_producer_id.handle(
+            broker,
+            header,
+            InitProducerIdRequest(
+                transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+            ),
+        )
         assert (granted.error_code, granted.producer_id, granted.producer_epoch) == (0, 4000, 0)
+
     asyncio.run(scenario())

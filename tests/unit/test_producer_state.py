@@ -180,6 +180,7 @@ def test_on_append_timestamp_is_stored_for_duplicates(log: Log) -> None:
 
 # --- expiry ----------------------------------------------------------------------------------
 
+
 def test_expiry_drops_idle_producers(clock: ManualClock) -> None:
     mgr = ProducerStateManager(clock, expiration_ms=60_000)
     log = Log(mgr)

@@ -26,10 +26,7 @@ from .producer_state_support import T0, Log, hdr
 
 
 def state_of(mgr: ProducerStateManager) -> dict:
-    return {
-        pid: (e.producer_epoch, e.last_timestamp_ms, list(e.batches))
-        for pid, e in mgr.active_producers().items()
-    }
+    return {pid: (e.producer_epoch, e.last_timestamp_ms, list(e.batches)) for pid, e in mgr.active_producers().items()}
 
 
 def restart(clock: ManualClock, directory: Path, log: Log, max_offset: int | None = None) -> ProducerStateManager:
@@ -44,6 +41,7 @@ def restart(clock: ManualClock, directory: Path, log: Log, max_offset: int | Non
 
 # --- names -----------------------------------------------------------------------------------
 
+
 @given(st.integers(0, 2**63 - 1))
 def test_snapshot_name_round_trip(offset: int) -> None:
     name = snap.format_snapshot_name(offset)
@@ -56,10 +54,16 @@ def test_snapshot_names_sort_numerically(a: int, b: int) -> None:
     assert (snap.format_snapshot_name(a) < snap.format_snapshot_name(b)) == (a < b)
 
 
-@pytest.mark.parametrize("name", [
-    "1.snapshot", "0000000000000000001x.snapshot", "00000000000000000001.snapshot.tmp",
-    "00000000000000000001.log", "000000000000000000001.snapshot",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "1.snapshot",
+        "0000000000000000001x.snapshot",
+        "00000000000000000001.snapshot.tmp",
+        "00000000000000000001.log",
+        "000000000000000000001.snapshot",
+    ],
+)
 def test_parse_rejects_other_names(name: str) -> None:
     assert snap.parse_snapshot_name(name) is None
 
@@ -70,6 +74,7 @@ def test_negative_offset_rejected() -> None:
 
 
 # --- file format -----------------------------------------------------------------------------
+
 
 def test_round_trip_keeps_all_five_batches(tmp_path: Path) -> None:
     clock = ManualClock(T0)
@@ -135,6 +140,7 @@ def test_corrupt_snapshot_is_a_clear_error(tmp_path: Path, damage: str) -> None:
     elif damage == "garbage_body":
         body = b"\xc1\xc1\xc1"  # msgpack "never used" bytes, with a valid CRC
         import crc32c
+
         data = bytearray(struct.pack(">4sHI", b"SHPS", 1, crc32c.crc32c(body)) + body)
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptSnapshotError) as info:
@@ -168,6 +174,7 @@ def test_corrupt_newest_falls_back_to_older(tmp_path: Path) -> None:
 
 
 # --- manager file operations -----------------------------------------------------------------
+
 
 def test_load_removes_snapshots_above_max_offset(tmp_path: Path) -> None:
     clock = ManualClock(T0)
@@ -272,6 +279,7 @@ def test_truncate_and_reload_without_snapshot_starts_at_log_start(tmp_path: Path
 
 # --- restart equivalence (hypothesis) ---------------------------------------------------------
 
+
 @st.composite
 def producer_traffic(draw: st.DrawFn) -> list[BatchHeader]:
     """Batches from a few producers: in order, retries, gaps, epoch bumps, stale epochs."""
@@ -309,7 +317,9 @@ def producer_traffic(draw: st.DrawFn) -> list[BatchHeader]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(producer_traffic(), st.data())
-def test_snapshot_plus_tail_replay_equals_never_restarting(tmp_path: Path, traffic: list[BatchHeader], data: st.DataObject) -> None:
+def test_snapshot_plus_tail_replay_equals_never_restarting(
+    tmp_path: Path, traffic: list[BatchHeader], data: st.DataObject
+) -> None:
     directory = Path(tempfile.mkdtemp(dir=tmp_path))  # fresh per example
     clock = ManualClock(T0)
     log = Log(ProducerStateManager(clock))

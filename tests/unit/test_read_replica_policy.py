@@ -31,12 +31,17 @@ def topic(mode: TopicMode) -> SimpleNamespace:
 
 
 def replica(leading: bool, start: int = 0, end: int = 10) -> SimpleNamespace:
-    return SimpleNamespace(leader_state=object() if leading else None,
-                           log=SimpleNamespace(log_start_offset=start, log_end_offset=end))
+    return SimpleNamespace(
+        leader_state=object() if leading else None, log=SimpleNamespace(log_start_offset=start, log_end_offset=end)
+    )
 
 
-def site(hosted: SimpleNamespace | None = None, leader: int = LEADER, isr: tuple[int, ...] = (LEADER, OTHER),
-         azs: dict[int, str] | None = None) -> SimpleNamespace:
+def site(
+    hosted: SimpleNamespace | None = None,
+    leader: int = LEADER,
+    isr: tuple[int, ...] = (LEADER, OTHER),
+    azs: dict[int, str] | None = None,
+) -> SimpleNamespace:
     azs = {LEADER: "az1", OTHER: "az1", ME: "az1"} if azs is None else azs
     partitions = {("t", 0): hosted} if hosted is not None else {}
 
@@ -54,10 +59,13 @@ def site(hosted: SimpleNamespace | None = None, leader: int = LEADER, isr: tuple
     return SimpleNamespace(
         config=SimpleNamespace(node_id=ME, az="az1"),
         view=SimpleNamespace(
-            partitions={(TOPIC_ID, 0): PartitionState(PartitionStateRecord(1, [LEADER, OTHER, ME], leader, 3,
-                                                                           list(isr)), 1)},
-            brokers={n: BrokerRecord(1, n, az, "h", 9092, "h", 9093, False, "0", "x") for n, az in azs.items()}),
-        replica_manager=SimpleNamespace(partitions=partitions, get=get, leader=leader_replica))
+            partitions={
+                (TOPIC_ID, 0): PartitionState(PartitionStateRecord(1, [LEADER, OTHER, ME], leader, 3, list(isr)), 1)
+            },
+            brokers={n: BrokerRecord(1, n, az, "h", 9092, "h", 9093, False, "0", "x") for n, az in azs.items()},
+        ),
+        replica_manager=SimpleNamespace(partitions=partitions, get=get, leader=leader_replica),
+    )
 
 
 def test_only_the_leader_is_authoritative_and_a_replica_holds_its_log_end() -> None:

@@ -25,8 +25,9 @@ class FakeWalReader:
 
     async def read_each(self, refs: Sequence) -> list:  # type: ignore[type-arg]
         self.calls.append([ref.object_id for ref in refs])
-        return [KeyError(ref.object_id) if ref.object_id == "gone" else memoryview(b"\x07" * ref.length)
-                for ref in refs]
+        return [
+            KeyError(ref.object_id) if ref.object_id == "gone" else memoryview(b"\x07" * ref.length) for ref in refs
+        ]
 
 
 def records_entry(seq: int) -> LogEntry:
@@ -66,6 +67,7 @@ def test_no_wal_read_without_coordinates_and_a_kind_without_resolver_is_no_batch
 def test_a_new_kind_plugs_in_through_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     async def tiered(sources, entries):  # type: ignore[no-untyped-def]
         return [[b"tiered:%d" % entry.kind] for entry in entries]
+
     monkeypatch.setitem(resolver.RESOLVERS, 99, tiered)  # type: ignore[index]
     entries = [SimpleNamespace(kind=99), records_entry(0)]
     outcomes = asyncio.run(batch_pieces(SimpleNamespace(wal_reader=FakeWalReader()), entries))  # type: ignore[arg-type]

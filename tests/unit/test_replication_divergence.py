@@ -183,7 +183,7 @@ def test_replicas_converge_on_the_leaders_log(terms: list[tuple]) -> None:
             before = list(follower.log)
             rounds = reconcile(follower, source)
             event(f"truncations: {len(rounds)}, incomplete: {rounds.count(False)}")
-            assert follower.log == source.log[:len(follower.log)]
+            assert follower.log == source.log[: len(follower.log)]
             assert len(follower.log) == common_prefix(before, source.log)
             assert describes(follower.cache, follower.log)
             for offset in range(len(follower.log), min(len(source.log), len(follower.log) + records)):

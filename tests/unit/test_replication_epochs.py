@@ -262,7 +262,9 @@ def test_malformed_files_raise_naming_the_file(tmp_path: Path, content: bytes) -
 
 
 valid_entries = st.lists(st.tuples(st.integers(0, 50), st.integers(1, 2**40)), max_size=8).map(
-    lambda steps: [E(sum(s[0] + 1 for s in steps[:i + 1]) - 1, sum(s[1] for s in steps[:i])) for i in range(len(steps))]
+    lambda steps: [
+        E(sum(s[0] + 1 for s in steps[: i + 1]) - 1, sum(s[1] for s in steps[:i])) for i in range(len(steps))
+    ]
 )
 
 

@@ -33,8 +33,10 @@ class Leader:
 
     async def call(self, request, timeout_s: float):  # type: ignore[no-untyped-def]
         self.calls += 1
-        results = [FetchedPartition(p.topic_id, p.partition, ErrorCode.UNKNOWN_LEADER_EPOCH if p.partition == 0 else 0,
-                                    0, 0) for p in request.partitions]
+        results = [
+            FetchedPartition(p.topic_id, p.partition, ErrorCode.UNKNOWN_LEADER_EPOCH if p.partition == 0 else 0, 0, 0)
+            for p in request.partitions
+        ]
         if not any(r.error_code for r in results):
             await asyncio.sleep(LONG_POLL_S)
         return ReplicaFetchResponse(REPLICATION_VERSION, results)
@@ -44,9 +46,11 @@ def test_one_failing_partition_does_not_make_the_others_spin(tmp_path: Path) -> 
     """Regression (found by the simulation, cluster seed 101): a partition answered with an
     error made the leader answer at once, and since the other partitions' (empty) answers
     counted as progress the follower asked again at once: a busy loop between two brokers."""
+
     async def scenario() -> None:
-        config = load_config(overrides={"node.id": "1", "replica.fetch.backoff.ms": "1000", "metrics.listen": None},
-                             environ={})
+        config = load_config(
+            overrides={"node.id": "1", "replica.fetch.backoff.ms": "1000", "metrics.listen": None}, environ={}
+        )
         view = SimpleNamespace(brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=9093)})
         cross_az = SimpleNamespace(replicated=lambda address, nbytes: None)
         leader = Leader()
@@ -60,4 +64,5 @@ def test_one_failing_partition_does_not_make_the_others_spin(tmp_path: Path) -> 
         await asyncio.sleep(1.0)
         await fetcher.stop()
         assert leader.calls <= 1.0 / LONG_POLL_S + 3, f"{leader.calls} fetches in one second"
+
     asyncio.run(scenario())

@@ -91,4 +91,5 @@ def test_an_isr_expansion_with_an_unknown_outcome_keeps_the_larger_isr(tmp_path:
             await asyncio.sleep(0.002)
         assert sorted(partition.isr) == [0, 1] and partition.log.high_watermark == 4  # settled: 1 is in the ISR
         await store.close()
+
     asyncio.run(scenario())

@@ -44,10 +44,22 @@ class Rig:
     def maybe_expand(self, partition, replica_id: int) -> None:  # type: ignore[no-untyped-def]
         self.expanded.append(replica_id)
 
-    async def fetch(self, offset: int, last_epoch: int = -1, epoch: int = 3, wait_s: float = 5.0,  # type: ignore[no-untyped-def]
-                    replica: int = 1, max_wait_ms: int = int(HELD_S * 1000)):
-        request = ReplicaFetchRequest(REPLICATION_VERSION, replica, max_wait_ms, 1 << 20,
-                                      [FetchPartition(str(TOPIC_ID), 0, offset, last_epoch, epoch)])
+    async def fetch(
+        self,
+        offset: int,
+        last_epoch: int = -1,
+        epoch: int = 3,
+        wait_s: float = 5.0,  # type: ignore[no-untyped-def]
+        replica: int = 1,
+        max_wait_ms: int = int(HELD_S * 1000),
+    ):
+        request = ReplicaFetchRequest(
+            REPLICATION_VERSION,
+            replica,
+            max_wait_ms,
+            1 << 20,
+            [FetchPartition(str(TOPIC_ID), 0, offset, last_epoch, epoch)],
+        )
         [result] = (await asyncio.wait_for(self.service.handle(request), wait_s)).partitions
         return result
 
@@ -99,6 +111,7 @@ def test_divergence_fencing_and_out_of_range(tmp_path: Path) -> None:
 def test_what_the_leader_remembers_per_follower_is_what_it_follows_now(tmp_path: Path) -> None:
     """Regression (issue 11, leaks): the high watermark told to each follower was kept for
     every partition ever fetched, never pruned."""
+
     async def scenario() -> None:
         rig = Rig(tmp_path)
         rig.append()
@@ -115,6 +128,7 @@ def test_each_follower_fetch_is_offered_to_the_isr_updater(tmp_path: Path) -> No
     """A follower outside the ISR catches up by fetching: every fetch of a replica of the
     partition goes to the ISR updater (which decides whether to expand, replication/isr.py),
     with the follower's id; a fetch from a broker that is no replica does not."""
+
     async def scenario() -> None:
         rig = Rig(tmp_path, isr=(0,))
         rig.append()

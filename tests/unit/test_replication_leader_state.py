@@ -16,8 +16,13 @@ T0 = 1_000_000
 
 def leader(isr=(1, 2, 3), replicas=(1, 2, 3), hw: int = 0, epoch_start: int = 0, now_ms: int = T0) -> LeaderState:
     return LeaderState(
-        leader_id=1, replicas=replicas, isr=isr, leader_epoch=4,
-        leader_epoch_start_offset=epoch_start, high_watermark=hw, now_ms=now_ms,
+        leader_id=1,
+        replicas=replicas,
+        isr=isr,
+        leader_epoch=4,
+        leader_epoch_start_offset=epoch_start,
+        high_watermark=hw,
+        now_ms=now_ms,
     )
 
 
@@ -262,8 +267,13 @@ ops = st.lists(
 def test_hw_and_shrink_invariants(initial_followers: set[int], leo0: int, ops: list[tuple]) -> None:
     initial_isr = {1} | initial_followers
     state = LeaderState(
-        leader_id=1, replicas=(1, 2, 3, 4), isr=initial_isr, leader_epoch=7,
-        leader_epoch_start_offset=leo0, high_watermark=0, now_ms=T0,
+        leader_id=1,
+        replicas=(1, 2, 3, 4),
+        isr=initial_isr,
+        leader_epoch=7,
+        leader_epoch_start_offset=leo0,
+        high_watermark=0,
+        now_ms=T0,
     )
     model = Model(now_ms=T0)
     leader_leo, hw = leo0, state.high_watermark(leo0)
@@ -293,13 +303,19 @@ def test_hw_and_shrink_invariants(initial_followers: set[int], leo0: int, ops: l
 
         for r in (2, 3, 4):
             assert state.follower_log_end_offset(r) == model.leo(r)
-        expected_shrink = set() if state.pending_isr is not None else {
-            r for r in state.isr - {1}
-            if model.leo(r) != leader_leo
-            and model.now_ms - model.last_caught_up_ms(r, T0, initial_isr) > LAG_MS
-        }
+        expected_shrink = (
+            set()
+            if state.pending_isr is not None
+            else {
+                r
+                for r in state.isr - {1}
+                if model.leo(r) != leader_leo and model.now_ms - model.last_caught_up_ms(r, T0, initial_isr) > LAG_MS
+            }
+        )
         assert state.shrink_candidates(model.now_ms, LAG_MS, leader_leo) == expected_shrink
-        expected_expand = set() if state.pending_isr is not None else {
-            r for r in {2, 3, 4} - state.isr if model.leo(r) >= max(hw, leo0)
-        }
+        expected_expand = (
+            set()
+            if state.pending_isr is not None
+            else {r for r in {2, 3, 4} - state.isr if model.leo(r) >= max(hw, leo0)}
+        )
         assert state.expand_candidates(leader_leo) == expected_expand

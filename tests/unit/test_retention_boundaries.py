@@ -28,8 +28,9 @@ def test_retention_ms_boundary(tmp_path, age_ms: int, deleted: int) -> None:  # 
 def test_retention_bytes_boundary(tmp_path) -> None:  # type: ignore[no-untyped-def]
     def logged(retention_bytes: int):  # type: ignore[no-untyped-def]
         directory = tmp_path / str(retention_bytes)
-        log = open_log(directory, config=small_config(segment_bytes=300, retention_bytes=retention_bytes,
-                                                      retention_ms=-1))
+        log = open_log(
+            directory, config=small_config(segment_bytes=300, retention_bytes=retention_bytes, retention_ms=-1)
+        )
         for _ in range(4):
             append_batch(log, 1, 100)  # one entry per segment
         return log

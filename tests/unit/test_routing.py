@@ -13,16 +13,19 @@ from broker.routing.client_az import ClientRacks, az_from_client_id
 from broker.routing.representatives import representative
 
 
-@pytest.mark.parametrize("client_id, az", [
-    ("shoal_az=use1-az1", "use1-az1"),
-    ("orders-app,shoal_az=az2", "az2"),
-    ("producer-1 diskless_az=eu-west-1b", "eu-west-1b"),
-    ("x;diskless_az=a;y", "a"),
-    ("myshoal_az=nope", None),
-    ("shoal_az=", None),
-    ("plain-client", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "client_id, az",
+    [
+        ("shoal_az=use1-az1", "use1-az1"),
+        ("orders-app,shoal_az=az2", "az2"),
+        ("producer-1 diskless_az=eu-west-1b", "eu-west-1b"),
+        ("x;diskless_az=a;y", "a"),
+        ("myshoal_az=nope", None),
+        ("shoal_az=", None),
+        ("plain-client", None),
+        (None, None),
+    ],
+)
 def test_az_from_client_id(client_id: str | None, az: str | None) -> None:
     assert az_from_client_id(client_id) == az
 
@@ -63,8 +66,11 @@ def test_join_and_leave_move_only_what_they_must() -> None:
     assert all(left[tp] == before[tp] for tp in before if before[tp] != 2), "a leave only moves its own"
 
 
-@given(topic=st.uuids().map(str), partition=st.integers(0, 10_000),
-       nodes=st.sets(st.integers(0, 1000), min_size=1, max_size=8))
+@given(
+    topic=st.uuids().map(str),
+    partition=st.integers(0, 10_000),
+    nodes=st.sets(st.integers(0, 1000), min_size=1, max_size=8),
+)
 def test_deterministic_and_order_independent(topic: str, partition: int, nodes: set[int]) -> None:
     chosen = representative(topic, partition, sorted(nodes))
     assert chosen in nodes

@@ -75,7 +75,7 @@ def test_split_anywhere_yields_the_same_frames(frames: list, cuts: list[int]) ->
 def test_every_single_byte_split() -> None:
     stream = b"".join(bytes(encode_frame(ENCODER, FrameKind.REQUEST, i, Ping(i, b"x" * i))) for i in range(5))
     decoder = FrameDecoder()
-    out = [frame for i in range(len(stream)) for frame in decoder.feed(stream[i:i + 1])]
+    out = [frame for i in range(len(stream)) for frame in decoder.feed(stream[i : i + 1])]
     assert [f.correlation_id for f in out] == [0, 1, 2, 3, 4]
     assert [msgspec.msgpack.decode(f.body, type=Ping).payload for f in out] == [b"x" * i for i in range(5)]
 

@@ -74,7 +74,9 @@ class ByteCounter:
 
 
 @asynccontextmanager
-async def serving(handler: Handler = echo, port: int = 0, **options: Any) -> AsyncIterator[RpcServer[Request, Response]]:
+async def serving(
+    handler: Handler = echo, port: int = 0, **options: Any
+) -> AsyncIterator[RpcServer[Request, Response]]:
     server: RpcServer[Request, Response] = RpcServer(handler, Request, Response, **options)
     await server.start(HOST, port)
     try:

@@ -96,6 +96,7 @@ def test_produce_requests_overlap_far_beyond_sixteen_and_answers_keep_request_or
             handlers.release(c)
         await settle()
         assert transport.written == [struct.pack(">ii", 4, c) for c in range(40)]
+
     asyncio.run(scenario())
 
 
@@ -114,12 +115,14 @@ def test_metadata_does_not_wait_for_produce_but_fetch_does(handlers: Handlers) -
         handlers.release(2)
         await settle()
         assert handlers.started == [0, 1, 2, 3]
+
     asyncio.run(scenario())
 
 
 def test_one_connection_is_bounded_in_bytes(handlers: Handlers) -> None:
     """Regression (issue 11, defect 6): a connection could make the broker buffer
     queued.max.requests frames of up to socket.request.max.bytes each."""
+
     async def scenario() -> None:
         connection, transport = connect(listener(handlers, **{"queued.max.request.bytes.per.connection": "10000"}))
         connection.data_received(b"".join(request(PRODUCE, c, 3000) for c in range(3)))
@@ -131,6 +134,7 @@ def test_one_connection_is_bounded_in_bytes(handlers: Handlers) -> None:
         handlers.release(1)
         await settle()
         assert not transport.paused
+
     asyncio.run(scenario())
 
 
@@ -150,6 +154,7 @@ def test_a_frame_is_reserved_before_its_body_is_read_and_the_pool_bounds_the_bro
         handlers.release(0)
         await settle()
         assert not second_transport.paused and server.memory.used_bytes < 100, "room again: the second reads on"
+
     asyncio.run(scenario())
 
 
@@ -158,8 +163,9 @@ def test_a_frame_larger_than_the_connection_bound_is_still_read_alone(handlers: 
         connection, transport = connect(listener(handlers, **{"queued.max.request.bytes.per.connection": "1000"}))
         data = request(PRODUCE, 0, 5000)
         for i in range(0, len(data), 512):
-            connection.data_received(data[i:i + 512])
+            connection.data_received(data[i : i + 512])
             assert i + 512 >= len(data) or not transport.paused
         await settle()
         assert handlers.started == [0]
+
     asyncio.run(scenario())

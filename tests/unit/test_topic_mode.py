@@ -32,6 +32,7 @@ def test_mode_is_recorded_at_creation_and_kept_when_the_default_changes(tmp_path
         await later.load()
         assert later.get("d").settings.diskless and not later.get("c").settings.diskless
         assert not (await later.create(later.prepare("new", 1, {}), {0: [0]})).settings.diskless
+
     asyncio.run(scenario())
 
 
@@ -47,6 +48,7 @@ def test_changing_the_mode_is_refused_and_other_changes_keep_it(tmp_path: Path) 
         assert updated.settings.diskless and updated.settings.log.retention_ms == 1000
         with pytest.raises(ApiError):
             topics.check_configs("d", {"diskless.enable": "maybe"})
+
     asyncio.run(scenario())
 
 
@@ -58,4 +60,5 @@ def test_topics_stored_before_diskless_existed_load_as_classic(tmp_path: Path) -
         topics = catalog(tmp_path)
         await topics.load()
         assert not topics.get("old").settings.diskless
+
     asyncio.run(scenario())

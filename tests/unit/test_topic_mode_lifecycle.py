@@ -29,8 +29,12 @@ def test_every_mode_has_a_way_out_and_a_switch_passes_through_a_transitional_sta
 
 
 def test_a_transitional_state_is_served_as_its_source_mode() -> None:
-    assert [(m.appends_to_wal, m.serves_by_az) for m in (C, C2D, D, D2C)] == \
-        [(False, False), (False, False), (True, True), (True, True)]
+    assert [(m.appends_to_wal, m.serves_by_az) for m in (C, C2D, D, D2C)] == [
+        (False, False),
+        (False, False),
+        (True, True),
+        (True, True),
+    ]
 
 
 def test_the_mode_comes_from_diskless_enable() -> None:

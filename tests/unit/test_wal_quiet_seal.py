@@ -41,21 +41,37 @@ class Committer:
         return [PendingCommit(done, done) for _ in request.partitions]
 
 
-def arrivals(gaps_ms: list[int], quiet_ms: int, min_batches: int,
-             put_seconds: list[float] | None = None) -> tuple[list[float], BrokerMetrics]:
+def arrivals(
+    gaps_ms: list[int], quiet_ms: int, min_batches: int, put_seconds: list[float] | None = None
+) -> tuple[list[float], BrokerMetrics]:
     """Submit one batch, then one after each gap; return when each object's PUT began."""
+
     async def main(sim: Sim) -> tuple[list[float], BrokerMetrics]:
         store, metrics = Store(list(put_seconds or [])), BrokerMetrics()
         one = len(make_batch(7, 0, 1))
-        writer = WalWriter(store, WalKeyAllocator("", "c", 0, sim.clock.now_ms, first_sequence=0), Committer(), None,
-                           metrics, buffer_max_bytes=1 << 20, linger_ms=LINGER_MS, max_inflight_bytes=8 << 20,
-                           quiet_ms=quiet_ms, quiet_min_bytes=min_batches * one)
+        writer = WalWriter(
+            store,
+            WalKeyAllocator("", "c", 0, sim.clock.now_ms, first_sequence=0),
+            Committer(),
+            None,
+            metrics,
+            buffer_max_bytes=1 << 20,
+            linger_ms=LINGER_MS,
+            max_inflight_bytes=8 << 20,
+            quiet_ms=quiet_ms,
+            quiet_min_bytes=min_batches * one,
+        )
         futures = []
         for seq, gap_ms in enumerate([0, *gaps_ms]):
             await asyncio.sleep(gap_ms / 1000)
             batch = memoryview(make_batch(7, seq, 1))
-            futures += writer.submit([PartitionAppend(uuid.UUID(int=1), 0, -1,
-                                                      prepare_diskless(batch, topic_settings(), sim.clock.now_ms()))])
+            futures += writer.submit(
+                [
+                    PartitionAppend(
+                        uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms())
+                    )
+                ]
+            )
         results = await asyncio.gather(*futures)
         assert all(r.error_code == 0 for r in results)
         return store.put_at, metrics
@@ -91,7 +107,6 @@ def test_a_gap_longer_than_quiet_ms_seals_and_the_next_batch_opens_a_new_object(
     # 0, 5 (floor reached) -> sealed at 15; 35, 40 -> sealed at 50.
     assert put_at == [0.015, 0.050]
     assert seals(metrics, "quiet") == 2
-
 
 
 def test_no_quiet_seal_while_an_earlier_object_is_in_the_pipeline() -> None:

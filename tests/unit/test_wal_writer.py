@@ -52,22 +52,36 @@ class Lookup:
 class Rig:
     def __init__(self, tmp_path: Path, store: MemoryObjectStore, partitions: int = 3, **overrides: object) -> None:
         self.clock = ManualClock(CLOCK_START)
-        self.settings = effective({"diskless.enable": "true", **{k: str(v) for k, v in overrides.items()
-                                                                 if "." in k and not k.startswith("wal")}},
-                                  load_config(environ={}))
-        self.partitions = {i: lead(Partition.open("t", i, tmp_path / f"t-{i}", self.settings, self.clock,
-                                                  86_400_000, on_append=lambda p: None)) for i in range(partitions)}
+        self.settings = effective(
+            {
+                "diskless.enable": "true",
+                **{k: str(v) for k, v in overrides.items() if "." in k and not k.startswith("wal")},
+            },
+            load_config(environ={}),
+        )
+        self.partitions = {
+            i: lead(
+                Partition.open(
+                    "t", i, tmp_path / f"t-{i}", self.settings, self.clock, 86_400_000, on_append=lambda p: None
+                )
+            )
+            for i in range(partitions)
+        }
         lookup = Lookup(self.partitions)
         self.committer = LocalCommitter(lookup, lookup, self.clock, deadline_ms=60_000)  # type: ignore[arg-type]
         self.store = store
         self.cache = ObjectCache(1 << 30)
         self.metrics = BrokerMetrics()
-        self.writer = WalWriter(store, WalKeyAllocator("", CLUSTER, 0, self.clock.now_ms, first_sequence=0),
-                                self.committer,
-                                self.cache, self.metrics,
-                                buffer_max_bytes=int(overrides.get("wal_buffer_max_bytes", 8 << 20)),
-                                linger_ms=int(overrides.get("wal_linger_ms", 20)),
-                                max_inflight_bytes=int(overrides.get("wal_max_inflight_bytes", 64 << 20)))
+        self.writer = WalWriter(
+            store,
+            WalKeyAllocator("", CLUSTER, 0, self.clock.now_ms, first_sequence=0),
+            self.committer,
+            self.cache,
+            self.metrics,
+            buffer_max_bytes=int(overrides.get("wal_buffer_max_bytes", 8 << 20)),
+            linger_ms=int(overrides.get("wal_linger_ms", 20)),
+            max_inflight_bytes=int(overrides.get("wal_max_inflight_bytes", 64 << 20)),
+        )
         self.reader = WalReader(store, lambda oid: wal_prefix("", CLUSTER) + oid, ObjectCache(0))
 
     def append(self, index: int, *batches: memoryview, acks: int = -1) -> PartitionAppend:
@@ -112,12 +126,14 @@ def test_many_partitions_and_producers_share_one_object(tmp_path: Path) -> None:
                 header = parse_header(got)
                 assert header.base_offset == offset * 2 and crc_is_valid(memoryview(got), header)
                 assert [r.offset for r in DefaultRecordBatch(got)] == [offset * 2, offset * 2 + 1]
+
     run(scenario())
 
 
 def test_size_seal_and_commits_in_seal_order_even_when_uploads_finish_out_of_order(tmp_path: Path) -> None:
     class SlowFirstStore(MemoryObjectStore):
         """Earlier PUTs take longer, so later objects finish uploading first."""
+
         delays = [0.15, 0.10, 0.05, 0.0]
 
         async def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -134,6 +150,7 @@ def test_size_seal_and_commits_in_seal_order_even_when_uploads_finish_out_of_ord
         assert [r.base_offset for r in results] == list(range(0, 16, 2)), "offsets follow arrival order"
         assert len(store.keys()) == 4 and rig.metrics.wal_seals.labels("size")._value.get() == 4
         assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:]) for b in batches]
+
     run(scenario())
 
 
@@ -158,6 +175,7 @@ def test_upload_failure_fails_every_batch_and_commits_nothing(tmp_path: Path) ->
         retry = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=i)) for i in range(3)]))
         assert [(r.error_code, r.base_offset) for r in retry] == [(0, 0)] * 3
         assert rig.writer.inflight_bytes == 0
+
     run(scenario())
 
 
@@ -172,8 +190,7 @@ class NoOverwrites(MemoryObjectStore):
         await super().put(key, data)
 
 
-def test_a_key_holding_another_object_is_never_overwritten_and_the_batch_lands_under_a_new_key(
-        tmp_path: Path) -> None:
+def test_a_key_holding_another_object_is_never_overwritten_and_the_batch_lands_under_a_new_key(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = NoOverwrites()
         rig = Rig(tmp_path, store, partitions=1)
@@ -193,6 +210,7 @@ def test_a_key_holding_another_object_is_never_overwritten_and_the_batch_lands_u
         assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:])]
         assert rig.metrics.wal_key_collisions._value.get() == 1
         assert rig.metrics.wal_objects.labels("committed")._value.get() == 1
+
     run(scenario())
 
 
@@ -215,6 +233,7 @@ def test_keys_that_stay_taken_fail_the_object_with_kafka_storage_error(tmp_path:
         assert rig.metrics.wal_objects.labels("upload_failed")._value.get() == 1
         assert all(p.log.log_end_offset == 0 for p in rig.partitions.values())
         assert rig.writer.inflight_bytes == 0
+
     run(scenario())
 
 
@@ -231,8 +250,9 @@ def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(
     async def scenario() -> None:
         store = GatedStore()
         one = len(batch(0))
-        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024,
-                  wal_linger_ms=5)
+        rig = Rig(
+            tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024, wal_linger_ms=5
+        )
         batches = sequence_batches(9, 6 * 1024 // one)
         futures = [f for b in batches for f in rig.writer.submit([rig.append(0, b)])]
         await asyncio.sleep(0.05)
@@ -243,6 +263,7 @@ def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(
         results = await asyncio.gather(*futures)
         assert [r.base_offset for r in results] == list(range(0, 2 * len(batches), 2))
         assert rig.writer.inflight_bytes == 0
+
     run(scenario())
 
 
@@ -252,10 +273,12 @@ def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
         stale_key = WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - 60_001, first_sequence=0).next()
         append = rig.append(0, batch(0))
         from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
+
         part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches])
         response = rig.committer.apply(CommitRequest(COMMIT_VERSION, stale_key.object_id, [part]))
         assert response.results[0].error_code == ErrorCode.REQUEST_TIMED_OUT
         assert rig.partitions[0].log.log_end_offset == 0
+
     run(scenario())
 
 
@@ -271,6 +294,7 @@ def test_retried_idempotent_batch_in_a_new_object_answers_its_original_offset(tm
         assert len(store.keys()) == 2, "the duplicate's bytes were uploaded; nothing references them"
         [out_of_order] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(10, producer_id=5))]))
         assert out_of_order.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
     run(scenario())
 
 
@@ -287,6 +311,7 @@ def test_log_append_time_is_stamped_in_the_committed_header(tmp_path: Path) -> N
         assert [r.timestamp for r in DefaultRecordBatch(served)] == [CLOCK_START + 5_000] * 2
         stored = await rig.store.get(rig.store.keys()[0])
         assert bytes(original) in stored, "the WAL object keeps the producer's bytes"
+
     run(scenario())
 
 
@@ -294,8 +319,12 @@ def test_retention_bytes_and_delete_records_count_the_referenced_batches(tmp_pat
     async def scenario() -> None:
         batches = sequence_batches(3, 10, count=30)  # ~600-byte batches, ~130-byte entries
         one = len(batches[0])
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1,
-                  **{"segment.bytes": str(2 * one), "retention.bytes": str(4 * one)})
+        rig = Rig(
+            tmp_path,
+            MemoryObjectStore(),
+            partitions=1,
+            **{"segment.bytes": str(2 * one), "retention.bytes": str(4 * one)},
+        )
         for b in batches:
             await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))
         log = rig.partitions[0].log
@@ -307,6 +336,7 @@ def test_retention_bytes_and_delete_records_count_the_referenced_batches(tmp_pat
         log.delete_records_before(8 * 30)
         assert log.log_start_offset == 8 * 30
         assert len(await rig.read_back(0)) == 2
+
     run(scenario())
 
 
@@ -317,6 +347,7 @@ def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
         [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(0), acks=acks)]))
         assert result.error_code == 0 and rig.partitions[0].log.high_watermark == 2
         await rig.writer.close()
+
     run(scenario())
 
 
@@ -329,9 +360,16 @@ def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_co
     async def scenario() -> None:
         store = MemoryObjectStore()
         rig = Rig(tmp_path, store)
-        dying = WalWriter(store, WalKeyAllocator("", CLUSTER, 0, rig.clock.now_ms, first_sequence=100),
-                          NeverAnswers(), None, rig.metrics, buffer_max_bytes=8 << 20, linger_ms=1,
-                          max_inflight_bytes=64 << 20)
+        dying = WalWriter(
+            store,
+            WalKeyAllocator("", CLUSTER, 0, rig.clock.now_ms, first_sequence=100),
+            NeverAnswers(),
+            None,
+            rig.metrics,
+            buffer_max_bytes=8 << 20,
+            linger_ms=1,
+            max_inflight_bytes=64 << 20,
+        )
         b = batch(0, producer_id=11)
         [lost] = dying.submit([rig.append(0, b)])
         while not store.keys():
@@ -341,18 +379,21 @@ def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_co
         assert (retry.error_code, retry.base_offset) == (0, 0)
         assert len(store.keys()) == 2 and rig.partitions[0].log.log_end_offset == 2
         assert [g[61:] for g in await rig.read_back(0)] == [bytes(b[61:])], "visible exactly once"
+
     run(scenario())
 
 
 def test_close_ships_everything_including_requests_waiting_for_backpressure(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = MemoryObjectStore()
-        rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024,
-                  wal_linger_ms=60_000)
+        rig = Rig(
+            tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024, wal_linger_ms=60_000
+        )
         futures = [f for b in sequence_batches(4, 40) for f in rig.writer.submit([rig.append(0, b)])]
         await rig.writer.close()
         assert all(f.done() and f.result().error_code == 0 for f in futures)
         assert rig.partitions[0].log.log_end_offset == 80
+
     run(scenario())
 
 
@@ -360,13 +401,16 @@ def test_an_unexpected_error_in_one_partition_fails_only_that_partition(tmp_path
     """Regression (issue 11, defect 7): an OSError (or a closed log) inside a commit escaped
     `apply` and failed every slot of the WAL object, although other partitions were already
     appended: their producers retried and duplicated."""
+
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=3)
         rig.partitions[1].log.close()  # appends now raise LogClosedError
-        results = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=20 + i))
-                                                           for i in range(3)]))
+        results = await asyncio.gather(
+            *rig.writer.submit([rig.append(i, batch(0, producer_id=20 + i)) for i in range(3)])
+        )
         assert [r.error_code for r in results] == [0, ErrorCode.KAFKA_STORAGE_ERROR, 0]
         assert [rig.partitions[i].log.log_end_offset for i in (0, 2)] == [2, 2]
+
     run(scenario())
 
 
@@ -378,6 +422,7 @@ def _stuck_follower(partition: Partition) -> None:
 def test_a_slow_partition_delays_only_the_producers_that_wrote_to_it(tmp_path: Path) -> None:
     """Issue 12 (head-of-line): a slot was answered only once every partition of its WAL object
     was acknowledged, and the object's in-flight bytes stayed reserved until then."""
+
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
         _stuck_follower(rig.partitions[1])
@@ -391,6 +436,7 @@ def test_a_slow_partition_delays_only_the_producers_that_wrote_to_it(tmp_path: P
         follower.leader_state.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
         follower.advance_high_watermark()
         assert (await asyncio.wait_for(slow, 5)).error_code == 0
+
     run(scenario())
 
 
@@ -407,6 +453,7 @@ class LeaderBroker:
     async def call(self, request, timeout_s: float):  # type: ignore[no-untyped-def]
         import msgspec
         from broker.peer_service import PeerRequest, PeerResponse, PeerService
+
         self.calls.append(type(request).__name__)
         wire = msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=PeerRequest)
         service = PeerService(None, self.committer, None, None)  # type: ignore[arg-type]
@@ -426,10 +473,19 @@ def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) 
         leader = LeaderBroker(rig.committer)
         view = SimpleNamespace(
             partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(2)},
-            brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)})
+            brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
+        )
         router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
-        writer = WalWriter(rig.store, WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0), router, None, rig.metrics,
-                           buffer_max_bytes=8 << 20, linger_ms=5, max_inflight_bytes=64 << 20)
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            router,
+            None,
+            rig.metrics,
+            buffer_max_bytes=8 << 20,
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
         healthy, slow = writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
         assert (await asyncio.wait_for(healthy, 5)).error_code == 0
         assert not slow.done() and writer.inflight_bytes == 0
@@ -439,4 +495,5 @@ def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) 
         follower.leader_state.on_follower_fetch(1, 2, 2, rig.clock.now_ms())
         follower.advance_high_watermark()
         assert (await asyncio.wait_for(slow, 5)).error_code == 0
+
     run(scenario())

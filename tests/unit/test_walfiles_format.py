@@ -23,9 +23,18 @@ def fake_batch(payload: bytes, record_count: int = 1) -> bytes:
     """A batch with valid v2 framing (length, magic, recordsCount) around opaque bytes; its
     CRC is not valid, which the WAL format neither needs nor checks."""
     header = kb.BatchHeader(
-        base_offset=0, batch_length=kb.BATCH_HEADER_SIZE - kb.LOG_OVERHEAD + len(payload),
-        partition_leader_epoch=-1, magic=2, crc=0, attributes=0, last_offset_delta=max(record_count - 1, 0),
-        base_timestamp=0, max_timestamp=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+        base_offset=0,
+        batch_length=kb.BATCH_HEADER_SIZE - kb.LOG_OVERHEAD + len(payload),
+        partition_leader_epoch=-1,
+        magic=2,
+        crc=0,
+        attributes=0,
+        last_offset_delta=max(record_count - 1, 0),
+        base_timestamp=0,
+        max_timestamp=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
         records_count=record_count,
     )
     return header.pack() + payload
@@ -33,16 +42,27 @@ def fake_batch(payload: bytes, record_count: int = 1) -> bytes:
 
 def real_batch(count: int, seed: int, codec: int = 0) -> bytes:
     rng = random.Random(seed)
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
-                                        producer_id=seed, producer_epoch=0, base_sequence=seed * 10,
-                                        batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=seed,
+        producer_epoch=0,
+        base_sequence=seed * 10,
+        batch_size=1 << 20,
+    )
     for i in range(count):
         builder.append(i, timestamp=1_000 + i, key=b"k%d" % i, value=rng.randbytes(rng.randint(0, 300)), headers=[])
     return bytes(builder.build())
 
 
-def assemble(data: bytes, index_bytes: bytes, batch_count: int, version: int = wf.FORMAT_VERSION,
-             header_version: int | None = None) -> bytes:
+def assemble(
+    data: bytes,
+    index_bytes: bytes,
+    batch_count: int,
+    version: int = wf.FORMAT_VERSION,
+    header_version: int | None = None,
+) -> bytes:
     """An object from parts, with correct CRCs: for crafting valid-looking but wrong objects."""
     header = struct.pack(">4sHH", wf.MAGIC, version if header_version is None else header_version, 0)
     index_offset = len(header) + len(data)
@@ -92,13 +112,14 @@ def test_round_trip_random_batches(items: list) -> None:
     entries = index.entries()
     assert [(e.offset, e.length) for e in entries] == [(c.offset, c.length) for c in coords]
     for (topic, partition, raw, count), c, e in zip(batches, coords, entries):
-        assert bytes(view[c.offset:c.end]) == raw
+        assert bytes(view[c.offset : c.end]) == raw
         assert (e.topic_id, e.partition, e.record_count) == (topic, partition, count)
     # Per partition: append order, and the partition list is sorted and complete.
     for topic, partition in index.partition_keys():
         expected = [c for (t, p, _, _), c in zip(batches, coords) if (t, p) == (topic, partition)]
         assert [(b.offset, b.length) for b in index.batches_of(topic, partition)] == [
-            (c.offset, c.length) for c in expected]
+            (c.offset, c.length) for c in expected
+        ]
     assert set(index.partition_keys()) == {(t, p) for t, p, _, _ in batches}
     assert index.partition_keys() == sorted(index.partition_keys(), key=lambda k: (k[0].bytes, k[1]))
     assert index.batches_of(uuid.UUID(int=0), 0) == []
@@ -118,7 +139,7 @@ def test_round_trip_real_kafka_batches() -> None:
     assert data == b"".join(buffers) and builder.object_size == len(data)
     index, view = wf.read_object(data)
     for topic, partition, raw, c in sent:
-        got = view[c.offset:c.end]
+        got = view[c.offset : c.end]
         header = kb.parse_header(got)
         assert bytes(got) == raw and kb.crc_is_valid(got, header)
         entry = next(e for e in index.entries() if e.offset == c.offset)
@@ -126,8 +147,7 @@ def test_round_trip_real_kafka_batches() -> None:
         # A consumer-side decoder reads the records after the fetch-path patch.
         patched = bytearray(got)
         kb.set_base_offset(patched, 100)
-        assert [r.offset for r in DefaultRecordBatch(bytes(patched))] == list(
-            range(100, 100 + header.records_count))
+        assert [r.offset for r in DefaultRecordBatch(bytes(patched))] == list(range(100, 100 + header.records_count))
 
 
 def test_empty_object_is_valid() -> None:
@@ -154,13 +174,17 @@ def test_builder_is_sealed_by_build_and_build_is_repeatable() -> None:
         builder.append(TOPICS[0], 0, fake_batch(b"y"))
 
 
-@pytest.mark.parametrize("batch", [
-    b"", b"\x00" * 60,
-    fake_batch(b"abc")[:-1],  # batchLength says one more byte
-    fake_batch(b"abc") + b"\x00",  # trailing byte: two batches or garbage
-    fake_batch(b"abc") + fake_batch(b""),
-    fake_batch(b"abc", record_count=-1),
-])
+@pytest.mark.parametrize(
+    "batch",
+    [
+        b"",
+        b"\x00" * 60,
+        fake_batch(b"abc")[:-1],  # batchLength says one more byte
+        fake_batch(b"abc") + b"\x00",  # trailing byte: two batches or garbage
+        fake_batch(b"abc") + fake_batch(b""),
+        fake_batch(b"abc", record_count=-1),
+    ],
+)
 def test_builder_rejects_what_is_not_one_v2_batch(batch: bytes) -> None:
     with pytest.raises(ValueError):
         wf.WalObjectBuilder().append(TOPICS[0], 0, batch)
@@ -233,10 +257,10 @@ def test_parse_footer_argument_errors() -> None:
     with pytest.raises(wf.TruncatedObjectError):
         wf.parse_footer(data[-10:], len(data))
     with pytest.raises(wf.TruncatedObjectError):
-        wf.parse_footer(data[-wf.FOOTER_SIZE:], wf.MIN_OBJECT_SIZE - 1)
+        wf.parse_footer(data[-wf.FOOTER_SIZE :], wf.MIN_OBJECT_SIZE - 1)
     with pytest.raises(wf.CorruptIndexError, match="wrong object size"):
         wf.parse_footer(data[-100:], len(data) + 1)
-    footer = wf.parse_footer(data[-wf.FOOTER_SIZE:], len(data))
+    footer = wf.parse_footer(data[-wf.FOOTER_SIZE :], len(data))
     with pytest.raises(wf.TruncatedObjectError):
         wf.decode_index(b"", footer)
     with pytest.raises(ValueError):
@@ -252,7 +276,7 @@ def test_every_truncation_is_detected() -> None:
         with pytest.raises(wf.WalFormatError):
             wf.read_object(data[:n])  # cut at the end
         with pytest.raises(wf.WalFormatError):
-            wf.read_object(data[len(data) - n:])  # cut at the front
+            wf.read_object(data[len(data) - n :])  # cut at the front
 
 
 def test_tail_read_with_a_wrong_size_is_detected() -> None:
@@ -261,7 +285,7 @@ def test_tail_read_with_a_wrong_size_is_detected() -> None:
         if size == len(data):
             continue
         with pytest.raises(wf.WalFormatError):
-            tail = data[-min(size, len(data), 64):]
+            tail = data[-min(size, len(data), 64) :]
             wf.index_from_tail(tail, size)
 
 
@@ -304,7 +328,7 @@ def test_flips_inside_batches_are_left_to_the_batch_crc() -> None:
         corrupt = bytearray(data)
         corrupt[c.offset + pos] ^= 0x01
         _, view = wf.read_object(bytes(corrupt))  # not the WAL format's job
-        got = view[c.offset:c.end]
+        got = view[c.offset : c.end]
         header = kb.parse_header(got)
         caught = header.size != c.length or header.magic != 2 or not kb.crc_is_valid(got, header)
         assert caught == (pos not in patched_fields), pos
@@ -323,7 +347,7 @@ def test_unknown_format_version_is_rejected_by_number() -> None:
         wf.read_object(data)
     assert e.value.version == 7 and "newer broker" in str(e.value)
     with pytest.raises(wf.UnsupportedVersionError, match="version 7"):
-        wf.index_from_tail(data[-wf.FOOTER_SIZE:], len(data))
+        wf.index_from_tail(data[-wf.FOOTER_SIZE :], len(data))
 
 
 def test_unknown_index_version_is_rejected_by_number() -> None:
@@ -340,47 +364,59 @@ def test_header_disagreeing_with_footer_is_corrupt() -> None:
 
 
 def index_of(*partitions: tuple[uuid.UUID, int, list[tuple[int, int, int]]]) -> bytes:
-    return encode_index(wf.WalIndex(wf.INDEX_VERSION, [
-        wf.IndexPartition(t, p, [wf.IndexBatch(*b) for b in batches]) for t, p, batches in partitions]))
+    return encode_index(
+        wf.WalIndex(
+            wf.INDEX_VERSION,
+            [wf.IndexPartition(t, p, [wf.IndexBatch(*b) for b in batches]) for t, p, batches in partitions],
+        )
+    )
 
 
 A, B = TOPICS[0], TOPICS[1]
 
 
-@pytest.mark.parametrize("data,index,count,message", [
-    (b"x" * 20, index_of((A, 0, [(8, 10, 1)])), 1, "end at byte 18"),  # uncovered tail
-    (b"x" * 20, index_of((A, 0, [(8, 10, 1), (18, 12, 1)])), 2, "end at byte 30"),  # into the index
-    (b"x" * 20, index_of((A, 0, [(8, 10, 1), (17, 11, 1)])), 2, "does not follow"),  # overlap
-    (b"x" * 20, index_of((A, 0, [(9, 20, 1)])), 1, "does not follow"),  # gap at the start
-    (b"x" * 20, index_of((A, 0, [(8, 20, 1)])), 2, "footer says 2"),  # count
-    (b"x" * 20, index_of((A, 0, [(8, 0, 1), (8, 20, 1)])), 2, "length 0"),
-    (b"x" * 20, index_of((A, 0, [(8, 20, -1)])), 1, "record count -1"),
-    (b"x" * 20, index_of((A, -1, [(8, 20, 1)])), 1, "partition -1"),
-    (b"x" * 20, index_of((A, 0, []), (A, 1, [(8, 20, 1)])), 1, "no batches"),
-    (b"x" * 20, index_of((A, 1, [(8, 10, 1)]), (A, 0, [(18, 10, 1)])), 2, "sorted"),
-    (b"x" * 20, index_of((A, 0, [(8, 10, 1)]), (A, 0, [(18, 10, 1)])), 2, "sorted"),
-    (b"x" * 20, index_of((B, 0, [(8, 10, 1)]), (A, 0, [(18, 10, 1)])), 2, "sorted"),
-    (b"", b"\x92\x01\x91\x93", 0, "does not decode"),
-    (b"", b"\xc1", 0, "does not decode"),
-    (b"", msgspec.msgpack.encode([1, [["not-a-uuid", 0, []]]]), 0, "does not decode"),
-])
-def test_inconsistent_indexes_with_valid_crcs_are_rejected(data: bytes, index: bytes, count: int,
-                                                            message: str) -> None:
+@pytest.mark.parametrize(
+    "data,index,count,message",
+    [
+        (b"x" * 20, index_of((A, 0, [(8, 10, 1)])), 1, "end at byte 18"),  # uncovered tail
+        (b"x" * 20, index_of((A, 0, [(8, 10, 1), (18, 12, 1)])), 2, "end at byte 30"),  # into the index
+        (b"x" * 20, index_of((A, 0, [(8, 10, 1), (17, 11, 1)])), 2, "does not follow"),  # overlap
+        (b"x" * 20, index_of((A, 0, [(9, 20, 1)])), 1, "does not follow"),  # gap at the start
+        (b"x" * 20, index_of((A, 0, [(8, 20, 1)])), 2, "footer says 2"),  # count
+        (b"x" * 20, index_of((A, 0, [(8, 0, 1), (8, 20, 1)])), 2, "length 0"),
+        (b"x" * 20, index_of((A, 0, [(8, 20, -1)])), 1, "record count -1"),
+        (b"x" * 20, index_of((A, -1, [(8, 20, 1)])), 1, "partition -1"),
+        (b"x" * 20, index_of((A, 0, []), (A, 1, [(8, 20, 1)])), 1, "no batches"),
+        (b"x" * 20, index_of((A, 1, [(8, 10, 1)]), (A, 0, [(18, 10, 1)])), 2, "sorted"),
+        (b"x" * 20, index_of((A, 0, [(8, 10, 1)]), (A, 0, [(18, 10, 1)])), 2, "sorted"),
+        (b"x" * 20, index_of((B, 0, [(8, 10, 1)]), (A, 0, [(18, 10, 1)])), 2, "sorted"),
+        (b"", b"\x92\x01\x91\x93", 0, "does not decode"),
+        (b"", b"\xc1", 0, "does not decode"),
+        (b"", msgspec.msgpack.encode([1, [["not-a-uuid", 0, []]]]), 0, "does not decode"),
+    ],
+)
+def test_inconsistent_indexes_with_valid_crcs_are_rejected(data: bytes, index: bytes, count: int, message: str) -> None:
     with pytest.raises(wf.CorruptIndexError, match=message):
         wf.read_object(assemble(data, index, count))
 
 
 def test_errors_are_value_errors_and_not_retriable() -> None:
-    for cls in (wf.TruncatedObjectError, wf.BadMagicError, wf.UnsupportedVersionError,
-                wf.ChecksumMismatchError, wf.CorruptIndexError):
+    for cls in (
+        wf.TruncatedObjectError,
+        wf.BadMagicError,
+        wf.UnsupportedVersionError,
+        wf.ChecksumMismatchError,
+        wf.CorruptIndexError,
+    ):
         assert issubclass(cls, wf.WalFormatError) and issubclass(cls, ValueError) and not cls.retriable
 
 
 # --- coalesce -------------------------------------------------------------------------------------
 
 
-range_lists = st.lists(st.tuples(st.integers(0, 500), st.integers(0, 60)).map(lambda t: (t[0], t[0] + t[1])),
-                       max_size=30)
+range_lists = st.lists(
+    st.tuples(st.integers(0, 500), st.integers(0, 60)).map(lambda t: (t[0], t[0] + t[1])), max_size=30
+)
 
 
 @given(range_lists, st.integers(0, 50), st.one_of(st.none(), st.integers(1, 200)))
@@ -411,13 +447,18 @@ def test_coalesce_properties(ranges: list[tuple[int, int]], max_gap: int, max_by
                 first = ranges[g.members[0]]
                 assert len(g.members) == 1 or all(
                     ranges[m][0] < max(ranges[n][1] for n in g.members[:i]) or ranges[m][1] - first[0] <= max_bytes
-                    for i, m in enumerate(g.members) if i)
+                    for i, m in enumerate(g.members)
+                    if i
+                )
 
 
 def test_coalesce_examples() -> None:
     ranges = [(100, 150), (0, 10), (10, 20), (25, 30), (200, 300)]
     assert [(g.start, g.end, g.members) for g in wf.coalesce(ranges, max_gap=5)] == [
-        (0, 30, [1, 2, 3]), (100, 150, [0]), (200, 300, [4])]
+        (0, 30, [1, 2, 3]),
+        (100, 150, [0]),
+        (200, 300, [4]),
+    ]
     assert [(g.start, g.end, g.members) for g in wf.coalesce(ranges, max_gap=100)] == [(0, 300, [1, 2, 3, 0, 4])]
     assert [(g.start, g.end) for g in wf.coalesce(ranges, max_gap=100, max_bytes=150)] == [(0, 150), (200, 300)]
     assert wf.coalesce([], 10) == []

@@ -10,8 +10,11 @@ from walfiles import keys as k
 prefix_segments = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8).filter(
     lambda s: s not in (".", "..")
 )
-prefixes = st.one_of(st.just(""), st.lists(prefix_segments, min_size=1, max_size=3).map("/".join),
-                     st.sampled_from(["wal", "tiered", "x/wal", "wal/wal/x"]))
+prefixes = st.one_of(
+    st.just(""),
+    st.lists(prefix_segments, min_size=1, max_size=3).map("/".join),
+    st.sampled_from(["wal", "tiered", "x/wal", "wal/wal/x"]),
+)
 cluster_ids = st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,23}", fullmatch=True)
 created = st.integers(0, k.MAX_CREATED_MS)
 node_ids = st.integers(0, k.MAX_NODE_ID)
@@ -52,37 +55,51 @@ def test_wal_key_example() -> None:
     assert k.parse_wal_key("a/b/wal/c/0000000000001-0000000002-0000000003") == k.WalKey("a/b", "c", 1, 2, 3)
 
 
-@pytest.mark.parametrize("key", [
-    "",
-    "wal",
-    "shoal/wal/c",
-    "shoal/wal/c/",
-    "shoal/wal/c/1700000000123-0000000003",
-    "shoal/wal/c/1700000000123-0000000003-0000000042.wal",
-    "shoal/wal/c/170000000012-0000000003-0000000042",  # 12-digit time
-    "shoal/wal/c/1700000000123-3-42",  # not padded
-    "shoal/wal/c/1700000000123_0000000003_0000000042",
-    "shoal/wal/c/+700000000123-0000000003-0000000042",
-    "shoal/wal/c/1700000000123-9999999999-0000000042",  # node id beyond int32
-    "shoal/WAL/c/1700000000123-0000000003-0000000042",
-    "shoal/tiered/c/1700000000123-0000000003-0000000042",
-    "shoal/wal/.c/1700000000123-0000000003-0000000042",
-    "shoal/wal/c d/1700000000123-0000000003-0000000042",
-    "/wal/c/1700000000123-0000000003-0000000042",
-    "a//wal/c/1700000000123-0000000003-0000000042",
-    "../wal/c/1700000000123-0000000003-0000000042",
-    "shoal/wal/c/１７00000000123-0000000003-0000000042",  # non-ASCII digits
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "wal",
+        "shoal/wal/c",
+        "shoal/wal/c/",
+        "shoal/wal/c/1700000000123-0000000003",
+        "shoal/wal/c/1700000000123-0000000003-0000000042.wal",
+        "shoal/wal/c/170000000012-0000000003-0000000042",  # 12-digit time
+        "shoal/wal/c/1700000000123-3-42",  # not padded
+        "shoal/wal/c/1700000000123_0000000003_0000000042",
+        "shoal/wal/c/+700000000123-0000000003-0000000042",
+        "shoal/wal/c/1700000000123-9999999999-0000000042",  # node id beyond int32
+        "shoal/WAL/c/1700000000123-0000000003-0000000042",
+        "shoal/tiered/c/1700000000123-0000000003-0000000042",
+        "shoal/wal/.c/1700000000123-0000000003-0000000042",
+        "shoal/wal/c d/1700000000123-0000000003-0000000042",
+        "/wal/c/1700000000123-0000000003-0000000042",
+        "a//wal/c/1700000000123-0000000003-0000000042",
+        "../wal/c/1700000000123-0000000003-0000000042",
+        "shoal/wal/c/１７00000000123-0000000003-0000000042",  # non-ASCII digits
+    ],
+)
 def test_malformed_wal_keys_are_rejected(key: str) -> None:
     with pytest.raises(ValueError, match="WAL object"):
         k.parse_wal_key(key)
 
 
-@pytest.mark.parametrize("args", [
-    ("p", "c", -1, 0, 0), ("p", "c", 10**13, 0, 0), ("p", "c", 0, -1, 0), ("p", "c", 0, 2**31, 0),
-    ("p", "c", 0, 0, -1), ("p", "c", 0, 0, 10**10), ("p/", "c", 0, 0, 0), ("/p", "c", 0, 0, 0),
-    ("p", "", 0, 0, 0), ("p", "a/b", 0, 0, 0), ("p", ".", 0, 0, 0),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("p", "c", -1, 0, 0),
+        ("p", "c", 10**13, 0, 0),
+        ("p", "c", 0, -1, 0),
+        ("p", "c", 0, 2**31, 0),
+        ("p", "c", 0, 0, -1),
+        ("p", "c", 0, 0, 10**10),
+        ("p/", "c", 0, 0, 0),
+        ("/p", "c", 0, 0, 0),
+        ("p", "", 0, 0, 0),
+        ("p", "a/b", 0, 0, 0),
+        ("p", ".", 0, 0, 0),
+    ],
+)
 def test_format_wal_key_rejects_bad_parts(args: tuple) -> None:
     with pytest.raises(ValueError):
         k.format_wal_key(*args)
@@ -105,10 +122,18 @@ def test_allocator_keys_are_unique_increasing_and_never_go_back_in_time() -> Non
     assert all(g.node_id == 7 and g.prefix == "p" and g.cluster_id == "c" for g in got)
 
 
-@given(prefixes, cluster_ids, uuids, st.integers(0, k.MAX_PARTITION), st.integers(0, k.MAX_OFFSET), uuids,
-       st.sampled_from(list(k.SegmentFile)))
-def test_tiered_key_round_trip(prefix: str, cluster: str, topic: uuid.UUID, partition: int, base: int,
-                               segment: uuid.UUID, file: k.SegmentFile) -> None:
+@given(
+    prefixes,
+    cluster_ids,
+    uuids,
+    st.integers(0, k.MAX_PARTITION),
+    st.integers(0, k.MAX_OFFSET),
+    uuids,
+    st.sampled_from(list(k.SegmentFile)),
+)
+def test_tiered_key_round_trip(
+    prefix: str, cluster: str, topic: uuid.UUID, partition: int, base: int, segment: uuid.UUID, file: k.SegmentFile
+) -> None:
     key = k.format_tiered_segment_key(prefix, cluster, topic, partition, base, segment, file)
     parsed = k.parse_tiered_segment_key(key)
     assert parsed == k.TieredSegmentKey(prefix, cluster, topic, partition, base, segment, file)
@@ -117,8 +142,14 @@ def test_tiered_key_round_trip(prefix: str, cluster: str, topic: uuid.UUID, part
     assert key.endswith(file.value)
 
 
-@given(st.lists(st.tuples(st.integers(0, k.MAX_OFFSET), uuids, st.sampled_from(list(k.SegmentFile))),
-                min_size=2, max_size=20, unique=True))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, k.MAX_OFFSET), uuids, st.sampled_from(list(k.SegmentFile))),
+        min_size=2,
+        max_size=20,
+        unique=True,
+    )
+)
 def test_tiered_keys_list_in_offset_order(parts: list) -> None:
     topic = uuid.UUID(int=1)
     formatted = [k.format_tiered_segment_key("p", "c", topic, 3, *p) for p in parts]
@@ -136,19 +167,22 @@ def test_tiered_key_example() -> None:
     )
 
 
-@pytest.mark.parametrize("key", [
-    "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.foo",
-    "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/7/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "shoal/tiered/c1/0B6A2F59-6F4C-4A40-9D3E-0C1F8A8F3C11/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "shoal/tiered/c1/not-a-uuid/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/1234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/00000000000000001234.log",
-    "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/9999999999/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/99999999999999999999-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "shoal/wal/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
-    "tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007",
-    "shoal/wal/c/1700000000123-0000000003-0000000042",
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.foo",
+        "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/7/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "shoal/tiered/c1/0B6A2F59-6F4C-4A40-9D3E-0C1F8A8F3C11/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "shoal/tiered/c1/not-a-uuid/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/1234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/00000000000000001234.log",
+        "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/9999999999/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "shoal/tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/99999999999999999999-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "shoal/wal/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007/00000000000000001234-5f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9.log",
+        "tiered/c1/0b6a2f59-6f4c-4a40-9d3e-0c1f8a8f3c11/0000000007",
+        "shoal/wal/c/1700000000123-0000000003-0000000042",
+    ],
+)
 def test_malformed_tiered_keys_are_rejected(key: str) -> None:
     with pytest.raises(ValueError, match="tiered-segment"):
         k.parse_tiered_segment_key(key)
@@ -168,8 +202,11 @@ def test_allocators_of_two_processes_with_one_node_id_and_one_clock_do_not_share
     same node id and created_ms: the sequence starts at a random value in each process, so
     their keys still differ (and the uploader's conditional put catches the rest)."""
     import random
-    first, second = (k.WalKeyAllocator("p", "c", 7, lambda: 100, first_sequence=random.randrange(k.SEQUENCE_MODULUS))
-                     for _ in range(2))
+
+    first, second = (
+        k.WalKeyAllocator("p", "c", 7, lambda: 100, first_sequence=random.randrange(k.SEQUENCE_MODULUS))
+        for _ in range(2)
+    )
     a = {first.next().format() for _ in range(1000)}
     b = {second.next().format() for _ in range(1000)}
     assert not a & b

@@ -95,20 +95,28 @@ async def cluster(sim: Sim) -> dict[str, int]:
     """3 brokers, classic and diskless topics, groups; crashes, partitions, store and disk faults."""
     rng = sim.fork("scenario")
     azs = ["az1"] if rng.chance(0.5) else ["az1", "az2", "az3"]
-    built = SimCluster.build(sim, azs=azs,
-                             settings={"offsets.topic.compaction.min.records": str(5 + rng.randrange(20)),
-                                       "wal.quiet.min.bytes": str(rng.choice([0, 4096, 1 << 20]))},
-                             metadata_faults=MetadataFaults.none(), object_faults=ObjectStoreFaults.none(),
-                             net_faults=NetFaults.none())
+    built = SimCluster.build(
+        sim,
+        azs=azs,
+        settings={
+            "offsets.topic.compaction.min.records": str(5 + rng.randrange(20)),
+            "wal.quiet.min.bytes": str(rng.choice([0, 4096, 1 << 20])),
+        },
+        metadata_faults=MetadataFaults.none(),
+        object_faults=ObjectStoreFaults.none(),
+        net_faults=NetFaults.none(),
+    )
     with built.running():
         for node_id in range(BROKERS):
             built.start(node_id)
         await built.wait_started()
         keys = await create_topics(built)
         weather = rng.fork("weather")  # from here on, things fail
-        built.metadata.faults = MetadataFaults(unavailable_p=weather.choice([0.0, 0.02]),
-                                               ambiguous_p=weather.choice([0.0, 0.05, 0.2]),
-                                               watch_break_p=weather.choice([0.0, 0.01]))
+        built.metadata.faults = MetadataFaults(
+            unavailable_p=weather.choice([0.0, 0.02]),
+            ambiguous_p=weather.choice([0.0, 0.05, 0.2]),
+            watch_break_p=weather.choice([0.0, 0.01]),
+        )
         built.objects.faulty.faults = weather.choice([ObjectStoreFaults(), ObjectStoreFaults.flaky()])
         built.network.faults = weather.choice([NetFaults(), NetFaults.flaky()])
         ledger = Ledger()
@@ -116,13 +124,34 @@ async def cluster(sim: Sim) -> dict[str, int]:
         until_s = loop.time() + TRAFFIC_S
         with failing_disks(rng.fork("disks"), weather.choice([0.0, 0.003, 0.01])):
             clients = rng.fork("clients")
-            tasks = [loop.create_task(produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s))
-                     for i in range(2)]
-            tasks.append(loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], keys, until_s)))
-            tasks += [loop.create_task(consume(built, ledger, clients.fork(f"c{k}"), f"c{k[0]}{k[1]}", azs[i % len(azs)], k,
-                                               lambda: loop.time() > until_s)) for i, k in enumerate(keys)]
-            tasks.append(loop.create_task(commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders",
-                                                         keys, until_s)))
+            tasks = [
+                loop.create_task(
+                    produce(built, ledger, clients.fork(f"p{i}"), f"p{i}", azs[i % len(azs)], keys, until_s)
+                )
+                for i in range(2)
+            ]
+            tasks.append(
+                loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], keys, until_s))
+            )
+            tasks += [
+                loop.create_task(
+                    consume(
+                        built,
+                        ledger,
+                        clients.fork(f"c{k}"),
+                        f"c{k[0]}{k[1]}",
+                        azs[i % len(azs)],
+                        k,
+                        lambda: loop.time() > until_s,
+                    )
+                )
+                for i, k in enumerate(keys)
+            ]
+            tasks.append(
+                loop.create_task(
+                    commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders", keys, until_s)
+                )
+            )
             tasks.append(loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)))
             await asyncio.gather(*tasks)
             await settle(built, keys)

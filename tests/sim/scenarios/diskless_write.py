@@ -107,12 +107,19 @@ def topic_settings() -> TopicSettings:
 
 
 def _build_batch(producer_id: int, base_sequence: int, count: int, timestamp_ms: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=producer_id, producer_epoch=0, base_sequence=base_sequence,
-                                        batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
+    )
     for i in range(count):
-        builder.append(i, timestamp=timestamp_ms, key=None,
-                       value=b"%d/%d" % (producer_id, base_sequence + i), headers=[])
+        builder.append(
+            i, timestamp=timestamp_ms, key=None, value=b"%d/%d" % (producer_id, base_sequence + i), headers=[]
+        )
     return bytes(builder.build())
 
 
@@ -123,8 +130,9 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
     clock = sim.clock
     settings = topic_settings()
     partitions = {
-        index: Partition.open(TOPIC, index, sim.tmp / f"{TOPIC}-{index}", settings, clock, 86_400_000,
-                              on_append=lambda _p: None)
+        index: Partition.open(
+            TOPIC, index, sim.tmp / f"{TOPIC}-{index}", settings, clock, 86_400_000, on_append=lambda _p: None
+        )
         for index in range(rng.randint(1, 3))
     }
     for partition in partitions.values():
@@ -136,16 +144,35 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
     # Few attempts and short timeouts let failures through to the WAL writer (upload failed:
     # every batch of the object fails and is retried by its producer).
     max_attempts, request_timeout_s = rng.choice([1, 2, 4]), rng.choice([2.0, 10.0, 30.0])
-    objects = build_object_store(sim.fork("objectstore"), sim.trace, clock, faults=WEATHERS[weather],
-                                 max_attempts=max_attempts, request_timeout_s=request_timeout_s)
+    objects = build_object_store(
+        sim.fork("objectstore"),
+        sim.trace,
+        clock,
+        faults=WEATHERS[weather],
+        max_attempts=max_attempts,
+        request_timeout_s=request_timeout_s,
+    )
     one_batch = len(make_batch(1, 0, 2))
-    writer = WalWriter(objects.store, WalKeyAllocator("", CLUSTER, NODE_ID, clock.now_ms, first_sequence=rng.randrange(SEQUENCE_MODULUS)), committer,
-                       ObjectCache(1 << 20), BrokerMetrics(),
-                       buffer_max_bytes=one_batch * rng.randint(1, 8), linger_ms=rng.randint(1, 50),
-                       max_inflight_bytes=one_batch * rng.choice([2, 4, 16, 1 << 10]),
-                       quiet_ms=rng.choice([0, 1, 5, 20]), quiet_min_bytes=one_batch * rng.randint(0, 4))
-    sim.trace.record("scenario", "%d partition(s), weather %s, %d attempt(s) of %.0f s", len(partitions), weather,
-                     max_attempts, request_timeout_s)
+    writer = WalWriter(
+        objects.store,
+        WalKeyAllocator("", CLUSTER, NODE_ID, clock.now_ms, first_sequence=rng.randrange(SEQUENCE_MODULUS)),
+        committer,
+        ObjectCache(1 << 20),
+        BrokerMetrics(),
+        buffer_max_bytes=one_batch * rng.randint(1, 8),
+        linger_ms=rng.randint(1, 50),
+        max_inflight_bytes=one_batch * rng.choice([2, 4, 16, 1 << 10]),
+        quiet_ms=rng.choice([0, 1, 5, 20]),
+        quiet_min_bytes=one_batch * rng.randint(0, 4),
+    )
+    sim.trace.record(
+        "scenario",
+        "%d partition(s), weather %s, %d attempt(s) of %.0f s",
+        len(partitions),
+        weather,
+        max_attempts,
+        request_timeout_s,
+    )
     if weather == "stalls":  # up to 90 s: past the 60 s commit deadline once an upload gets through
         stall_at, stall_for = rng.uniform(0.0, 3.0), rng.uniform(0.1, 90.0)
         sim.loop.call_later(stall_at, objects.faulty.stall)
@@ -167,18 +194,31 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
             pending = []
             for index in chosen:
                 count = prng.randint(1, 3)
-                batch = Batch(producer_id, index, next_sequence[index], count,
-                              make_batch(producer_id, next_sequence[index], count))
+                batch = Batch(
+                    producer_id,
+                    index,
+                    next_sequence[index],
+                    count,
+                    make_batch(producer_id, next_sequence[index], count),
+                )
                 next_sequence[index] += count
                 batches.append(batch)
                 pending.append(batch)
             for _attempt in range(MAX_ATTEMPTS):
                 index_of_submit = next(submits)
-                appends = [PartitionAppend(TOPIC_ID, b.partition, -1,
-                                           prepare_diskless(memoryview(b.data), settings, clock.now_ms()))
-                           for b in pending]
-                sim.trace.record("producer", "p%d submit #%d %s", producer_id, index_of_submit,
-                                 [(b.partition, b.base_sequence) for b in pending])
+                appends = [
+                    PartitionAppend(
+                        TOPIC_ID, b.partition, -1, prepare_diskless(memoryview(b.data), settings, clock.now_ms())
+                    )
+                    for b in pending
+                ]
+                sim.trace.record(
+                    "producer",
+                    "p%d submit #%d %s",
+                    producer_id,
+                    index_of_submit,
+                    [(b.partition, b.base_sequence) for b in pending],
+                )
                 results: list[CommitResult] = await asyncio.gather(*writer.submit(appends))
                 retry = []
                 for batch, result in zip(pending, results):
@@ -186,20 +226,33 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
                     if result.error_code == 0:
                         batch.acked = (index_of_submit, result.base_offset)
                     elif result.error_code in RETRIABLE:
-                        sim.trace.record("producer", "p%d partition %d seq %d: error %d, will retry", producer_id,
-                                         batch.partition, batch.base_sequence, result.error_code)
+                        sim.trace.record(
+                            "producer",
+                            "p%d partition %d seq %d: error %d, will retry",
+                            producer_id,
+                            batch.partition,
+                            batch.base_sequence,
+                            result.error_code,
+                        )
                         retry.append(batch)
                     else:
-                        raise AssertionError(f"p{producer_id} batch seq {batch.base_sequence} of partition "
-                                             f"{batch.partition}: non-retriable error {result.error_code} "
-                                             f"{result.error_message}")
+                        raise AssertionError(
+                            f"p{producer_id} batch seq {batch.base_sequence} of partition "
+                            f"{batch.partition}: non-retriable error {result.error_code} "
+                            f"{result.error_message}"
+                        )
                 pending = retry
                 if not pending:
                     break
                 await asyncio.sleep(RETRY_BACKOFF_S * (1 + prng.random()))
             for batch in pending:  # gave up: later sequences of this partition would be out of order
-                sim.trace.record("producer", "p%d gives up on partition %d at seq %d", producer_id,
-                                 batch.partition, batch.base_sequence)
+                sim.trace.record(
+                    "producer",
+                    "p%d gives up on partition %d at seq %d",
+                    producer_id,
+                    batch.partition,
+                    batch.base_sequence,
+                )
                 abandoned.add(batch.partition)
 
     producers = rng.randint(1, 3)
@@ -213,48 +266,52 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
             partition.close()  # file descriptors: a worker runs thousands of seeds
 
 
-async def audit(sim: Sim, partitions: dict[int, Partition], batches: list[Batch],
-                memory: object) -> dict[str, int]:
+async def audit(sim: Sim, partitions: dict[int, Partition], batches: list[Batch], memory: object) -> dict[str, int]:
     """Check the invariants listed in the module docstring; raise AssertionError on the first
     broken one, naming the partition, offset and batch."""
     sent = {(b.partition, b.producer_id, b.base_sequence): b for b in batches}
     acked_total = 0
     for index, partition in partitions.items():
         log = partition.log
-        assert log.high_watermark == log.log_end_offset, \
+        assert log.high_watermark == log.log_end_offset, (
             f"partition {index}: high watermark {log.high_watermark} != log end {log.log_end_offset}"
+        )
         entries = log.read(log.log_start_offset, 1 << 30, log.high_watermark) if log.log_end_offset else []
         expected_offset = 0
         seen: dict[tuple[int, int], int] = {}
         for entry in entries:
             assert entry.kind == EntryKind.COORDINATES, f"partition {index}: entry kind {entry.kind}"
             header = entry.header
-            assert entry.base_offset == expected_offset, \
+            assert entry.base_offset == expected_offset, (
                 f"partition {index}: offsets not dense: expected {expected_offset}, found {entry.base_offset}"
+            )
             expected_offset = entry.last_offset + 1
             key = (header.producer_id, header.base_sequence)
-            assert key not in seen, \
+            assert key not in seen, (
                 f"partition {index}: producer {key[0]} seq {key[1]} at offsets {seen[key]} and {entry.base_offset}"
+            )
             seen[key] = entry.base_offset
             batch = sent.get((index, *key))
             assert batch is not None, f"partition {index}: offset {entry.base_offset} holds a batch nobody sent {key}"
             assert header.records_count == batch.count, f"partition {index}: offset {entry.base_offset} record count"
             ref = decode_ref(entry.payload)
             stored = await memory.get(wal_prefix("", CLUSTER) + ref.object_id, ref.offset, ref.end)  # type: ignore[attr-defined]
-            assert stored == batch.data, \
+            assert stored == batch.data, (
                 f"partition {index}: offset {entry.base_offset}: the bytes at {ref} are not the batch that was sent"
-        acked = sorted((b for b in batches if b.partition == index and b.acked is not None),
-                       key=lambda b: b.acked[0])  # type: ignore[index]
+            )
+        acked = sorted((b for b in batches if b.partition == index and b.acked is not None), key=lambda b: b.acked[0])  # type: ignore[index]
         acked_total += len(acked)
         last_offset = -1
         for batch in acked:
             submit, offset = batch.acked  # type: ignore[misc]
             key = (batch.producer_id, batch.base_sequence)
-            assert seen.get(key) == offset, \
-                (f"partition {index}: acknowledged batch {key} (submit #{submit}) answered offset {offset}, "
-                 f"log has it at {seen.get(key)}")
-            assert offset > last_offset, \
+            assert seen.get(key) == offset, (
+                f"partition {index}: acknowledged batch {key} (submit #{submit}) answered offset {offset}, "
+                f"log has it at {seen.get(key)}"
+            )
+            assert offset > last_offset, (
                 f"partition {index}: acknowledged batch {key} (submit #{submit}) at {offset} is before an earlier submit's"
+            )
             last_offset = offset
     sim.trace.record("audit", "ok: %d batch(es) sent, %d acknowledged", len(batches), acked_total)
     return {"batches": len(batches), "acked": acked_total}

@@ -53,8 +53,9 @@ async def one_round(cluster: SimCluster, rng: SimRandom, topic_id: str) -> None:
     cluster.metadata.faults = MetadataFaults.none()
     outage_s = rng.between((2.0, 6.0))
     cluster.metadata.unavailable_for(outage_s)  # nobody learns the outcome from the store for a while
-    cluster.sim.trace.record("scenario", "broker %d cut off again; store ISR %s", REJOINING,
-                             await stored_isr(cluster, topic_id))
+    cluster.sim.trace.record(
+        "scenario", "broker %d cut off again; store ISR %s", REJOINING, await stored_isr(cluster, topic_id)
+    )
     await asyncio.sleep(rng.between((0.5, outage_s)))  # producers go on
     cluster.crash(LEADER)
     await asyncio.sleep(rng.between((2.0, 8.0)))
@@ -66,9 +67,14 @@ async def one_round(cluster: SimCluster, rng: SimRandom, topic_id: str) -> None:
 async def isr(sim: Sim) -> dict[str, int]:
     """ISR expansions with lost answers, then the rejoined replica cut off and the leader killed."""
     rng = sim.fork("scenario")
-    cluster = SimCluster.build(sim, azs=["az1"], settings={"replica.lag.time.max.ms": "3000"},
-                               metadata_faults=MetadataFaults.none(), object_faults=ObjectStoreFaults.none(),
-                               net_faults=NetFaults.none())
+    cluster = SimCluster.build(
+        sim,
+        azs=["az1"],
+        settings={"replica.lag.time.max.ms": "3000"},
+        metadata_faults=MetadataFaults.none(),
+        object_faults=ObjectStoreFaults.none(),
+        net_faults=NetFaults.none(),
+    )
     with cluster.running():
         for node_id in range(3):
             cluster.start(node_id)
@@ -89,6 +95,7 @@ async def isr(sim: Sim) -> dict[str, int]:
         await asyncio.gather(
             produce(cluster, ledger, clients.fork("p"), "p", "az1", keys, until_s),
             consume(cluster, ledger, clients.fork("c"), "c", "az1", keys[0], lambda: loop.time() > until_s),
-            one_round(cluster, rng.fork("round"), str(topic.topic_id)))
+            one_round(cluster, rng.fork("round"), str(topic.topic_id)),
+        )
         await settle(cluster, keys)
         return await audit(cluster, ledger, keys)
