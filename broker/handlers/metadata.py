@@ -68,9 +68,9 @@ async def _lookup(
                 topic = broker.catalog.get(name)
         else:
             return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
-    # None only if the topic another client created was deleted at once: that fails the request
-    # (its connection closes), as it always has.
-    return _describe(broker, topic, client_az)  # type: ignore[arg-type]
+    if topic is None:  # another client created it and it was deleted again at once
+        return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
+    return _describe(broker, topic, client_az)
 
 
 def _describe(broker: HandlerContext, topic: Topic, client_az: str | None) -> Any:
