@@ -59,7 +59,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     wal_buffer_max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 << 20
     wal_linger_ms: NonNegative = 250
     wal_quiet_ms: NonNegative = 10
-    wal_quiet_min_bytes: NonNegative = 64 << 10
+    wal_quiet_min_bytes: NonNegative = 4 << 20
     wal_max_inflight_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 << 20
     wal_commit_deadline_ms: Positive = 60000
     cache_max_bytes: NonNegative = 256 << 20
