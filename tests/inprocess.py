@@ -195,32 +195,49 @@ class InProcessClient:
         max_bytes: int = 50 << 20,
     ) -> Any:
         """One Fetch of a partition, by name; the partition's response data."""
-        wanted = FetchRequest.FetchTopic
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            forgotten_topics_data=[],
-            rack_id="",
-            topics=[
-                wanted(
-                    topic=topic,
-                    partitions=[
-                        wanted.FetchPartition(
-                            partition=partition,
-                            current_leader_epoch=-1,
-                            fetch_offset=offset,
-                            log_start_offset=-1,
-                            partition_max_bytes=max_bytes,
-                        )
-                    ],
-                )
-            ],
+        request = fetch_request(
+            topic, {partition: offset}, max_bytes=max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
         )
         response = await self.request(request, await self.version(FetchRequest, cap=12))  # v13+: by id
         assert response.error_code == 0, f"Fetch top-level error {response.error_code}"
         return response.responses[0].partitions[0]
+
+
+def fetch_request(
+    topic: str,
+    offsets: dict[int, int],
+    *,
+    max_bytes: int = 50 << 20,
+    partition_max_bytes: int | None = None,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+) -> FetchRequest:
+    """A Fetch (v12 and below: by topic name) of `offsets` (partition -> fetch offset, in
+    request order); each partition's limit defaults to the request's."""
+    wanted = FetchRequest.FetchTopic
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            wanted(
+                topic=topic,
+                partitions=[
+                    wanted.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        log_start_offset=-1,
+                        partition_max_bytes=max_bytes if partition_max_bytes is None else partition_max_bytes,
+                    )
+                    for partition, offset in offsets.items()
+                ],
+            )
+        ],
+    )

@@ -13,7 +13,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
-from tests.inprocess import InProcessBroker, InProcessClient
+from tests.inprocess import InProcessBroker, InProcessClient, fetch_request
 from tests.integration.clients import build_batch
 from tests.unit.test_fetch_limits import kip74
 
@@ -40,32 +40,8 @@ async def fetch_many(
     client: InProcessClient, topic: str, order: list[int], max_bytes: int, partition_max_bytes: int
 ) -> list[list[Any]]:
     """One Fetch of `order`'s partitions from offset 0; each partition's batches (kafka-python's decoder)."""
-    wanted = FetchRequest.FetchTopic
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=1,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=[],
-        rack_id="",
-        topics=[
-            wanted(
-                topic=topic,
-                partitions=[
-                    wanted.FetchPartition(
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max_bytes,
-                    )
-                    for p in order
-                ],
-            )
-        ],
+    request = fetch_request(
+        topic, dict.fromkeys(order, 0), max_bytes=max_bytes, partition_max_bytes=partition_max_bytes
     )
     response = await client.request(request, await client.version(FetchRequest, cap=12))
     [answer] = response.responses
