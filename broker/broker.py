@@ -50,6 +50,9 @@ from .rpc import RpcClientPool
 from .server import KafkaServer, ServerLimits
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
+from .walgc.cluster import ClusterReferences
+from .walgc.manager import ManagerSettings, WalFileManager
+from .walgc.reporter import RecentUploads, ReferenceReporter
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 log = logging.getLogger(__name__)
@@ -137,8 +140,27 @@ class Broker:
         self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
         self.committer = LocalCommitter(self.catalog, self.replica_manager, self.clock, config.wal_commit_deadline_ms)
         self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
+        self.uploads = RecentUploads()
+        self.reference_reporter = ReferenceReporter(
+            self.node_id, self.replica_manager, self.clock, config.wal_commit_deadline_ms, self.uploads
+        )
         self.peers = PeerService(
-            self.replica_service, self.committer, self.read_service, lambda message: answer_forwarded(self, message)
+            self.replica_service,
+            self.committer,
+            self.read_service,
+            lambda message: answer_forwarded(self, message),
+            self.reference_reporter,
+        )
+        self.wal_files = WalFileManager(
+            node_id=self.node_id,
+            store=env.objects,
+            wal_prefix=self._wal_prefix,
+            references=ClusterReferences(self.node_id, self.view, self.rpc_pool, self.reference_reporter),
+            holds_controller=self._holds_controller,
+            is_controller=lambda: self.controller.active,
+            settings=ManagerSettings.from_config(config),
+            clock=self.clock,
+            metrics=self.metrics,
         )
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
@@ -172,6 +194,8 @@ class Broker:
         self.controller.start()
         self.isr.start()
         await self.groups.start()
+        if self.config.wal_file_manager_enable:
+            self.wal_files.start()
         if serve_clients:
             host, port = _split(self.config.listen)
             await self.server.start(host, port)
@@ -190,6 +214,7 @@ class Broker:
         self.ready = False
         self.stopping = True
         self.waiters.notify_all()
+        await self.wal_files.stop()
         await self.groups.stop()
         await self.server.stop()
         await self.wal.close()
@@ -209,6 +234,20 @@ class Broker:
         if self.data_dir is not None:
             self.data_dir.close()
         log.info("broker %d stopped cleanly", self.node_id)
+
+    def _wal_prefix(self) -> str:
+        return wal_prefix("", self.cluster_id)
+
+    async def _holds_controller(self) -> bool:
+        """Whether the store (read now, not the watched view) names this process the
+        controller: the WAL file manager's fence before it deletes."""
+        if not self.controller.active:
+            return False
+        current = await self.store.get(records.CONTROLLER_KEY)
+        if current is None:
+            return False
+        holder = records.decode(current.value, records.ControllerRecord)
+        return holder.node_id == self.node_id and holder.incarnation == self.membership.record.incarnation
 
     def _metadata_name(self) -> str:
         """The metadata store, as an operator finds it."""
@@ -269,6 +308,7 @@ class Broker:
             quiet_ms=config.wal_quiet_ms,
             quiet_min_bytes=config.wal_quiet_min_bytes,
             clock=self.clock,
+            on_uploaded=self.uploads.record,
         )
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)

@@ -62,6 +62,15 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     wal_quiet_min_bytes: NonNegative = 4 << 20
     wal_max_inflight_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 << 20
     wal_commit_deadline_ms: Positive = 60000
+    # WAL file manager (walgc/; docs/configuration.md gives the reasoning behind each default)
+    wal_file_manager_enable: bool = True
+    wal_file_manager_interval_ms: Positive = 30000
+    wal_file_manager_grace_ms: NonNegative = 30000
+    wal_file_manager_max_deletes_per_cycle: Positive = 20000
+    wal_file_manager_max_pending_deletes: Positive = 200000
+    wal_file_manager_max_index_reads_per_cycle: Positive = 2000
+    wal_file_manager_index_cache_objects: Positive = 100000
+    wal_file_manager_backoff_max_ms: Positive = 300000
     cache_max_bytes: NonNegative = 256 << 20
     # Network limits (Kafka names and defaults)
     socket_request_max_bytes: Positive = 104857600

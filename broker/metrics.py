@@ -155,6 +155,63 @@ class BrokerMetrics:
             "shoal_cache_requests", "Object cache lookups, by result (hit, miss).", ["result"], registry=r
         )
         self.cache_bytes = Gauge("shoal_cache_bytes", "Bytes held by the object cache.", registry=r)
+        # The WAL file manager (walgc/): set on the broker that runs it (the controller); the
+        # stored/referenced/dead figures are those of its last cycle.
+        self.walfiles_manager_active = Gauge(
+            "shoal_walfiles_manager_active", "1 on the broker that runs the WAL file manager.", registry=r
+        )
+        self.walfiles_objects = Gauge("shoal_walfiles_objects", "WAL objects in the object store.", registry=r)
+        self.walfiles_bytes = Gauge("shoal_walfiles_bytes", "Bytes of the WAL objects in the object store.", registry=r)
+        self.walfiles_referenced_bytes = Gauge(
+            "shoal_walfiles_referenced_bytes", "Batch bytes the partition leaders' logs reference.", registry=r
+        )
+        self.walfiles_dead_bytes = Gauge(
+            "shoal_walfiles_dead_bytes",
+            "Bytes of live WAL objects that no log references (kept for the other batches in the "
+            "same objects, e.g. of a partition with a longer retention).",
+            registry=r,
+        )
+        self.walfiles_unreferenced_objects = Gauge(
+            "shoal_walfiles_unreferenced_objects",
+            "WAL objects found unreferenced, waiting out wal.file.manager.grace.ms before deletion.",
+            registry=r,
+        )
+        self.walfiles_oldest_object_age = Gauge(
+            "shoal_walfiles_oldest_object_age_seconds", "Age of the oldest WAL object in the store.", registry=r
+        )
+        self.walfiles_deleted_objects = Counter(
+            "shoal_walfiles_deleted_objects", "WAL objects deleted (confirmed by the store).", registry=r
+        )
+        self.walfiles_deleted_bytes = Counter(
+            "shoal_walfiles_deleted_bytes", "Bytes of the WAL objects deleted.", registry=r
+        )
+        self.walfiles_delete_failures = Counter(
+            "shoal_walfiles_delete_failures",
+            "WAL object deletes the store refused or that failed (retried in a later cycle).",
+            registry=r,
+        )
+        self.walfiles_cycles = Counter(
+            "shoal_walfiles_cycles",
+            "WAL file manager cycles, by outcome (ok, paused, failed_deletes).",
+            ["outcome"],
+            registry=r,
+        )
+        self.walfiles_index_reads = Counter(
+            "shoal_walfiles_index_reads",
+            "WAL object indexes read by the manager, by outcome (ok, gone, failed).",
+            ["outcome"],
+            registry=r,
+        )
+        self.walfiles_paused = Gauge(
+            "shoal_walfiles_paused",
+            "1 while the WAL file manager is paused (a broker missing, the metadata store unreachable).",
+            registry=r,
+        )
+        self.walfiles_last_success_age = Gauge(
+            "shoal_walfiles_last_success_age_seconds",
+            "Seconds since the WAL file manager last completed a cycle; -1 before the first.",
+            registry=r,
+        )
         self._per_api: dict[int, tuple[Counter, Histogram]] = {}
 
     def observe_request(self, api_key: int, seconds: float) -> None:

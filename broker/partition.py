@@ -26,6 +26,7 @@ from .protocol.errors import ApiError, ErrorCode
 from .log.epochs import LeaderEpochCache
 from .leader_state import LeaderState
 from .topic_config import TopicSettings
+from .wal_references import WalReferences
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Partition:
         self.topic_id = ""  # set by the replica manager: replication names partitions by topic id
         self.directory = directory
         self.log = log_
+        self.wal_references = WalReferences(log_)  # asked only for diskless replicas
         self.producers = producers
         self.settings = settings
         self.epochs = LeaderEpochCache.open(directory)

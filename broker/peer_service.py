@@ -2,8 +2,9 @@
 fetches (replication/leader_service.py), diskless commits from produce representatives
 and their acks=all waits
 (diskless/commit.py), entry reads for brokers without a replica
-(routing/read_service.py) and partition requests they send on
-(routing/forwarding.py)."""
+(routing/read_service.py), partition requests they send on
+(routing/forwarding.py), and the WAL file manager's question about references
+(walgc/reporter.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,29 @@ from typing import TYPE_CHECKING, Union
 from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
+from .walgc.messages import WalReferencesRequest, WalReferencesResponse
 
 if TYPE_CHECKING:
     from .diskless.commit import LocalCommitter
     from .replication.leader_service import ReplicaFetchService
     from .routing.read_service import ReplicaReadService
+    from .walgc.reporter import ReferenceReporter
 
-PeerRequest = Union[ReplicaFetchRequest, CommitRequest, ReplicationWaitRequest, ReplicaReadRequest, KafkaForwardRequest]
+PeerRequest = Union[
+    ReplicaFetchRequest,
+    CommitRequest,
+    ReplicationWaitRequest,
+    ReplicaReadRequest,
+    KafkaForwardRequest,
+    WalReferencesRequest,
+]
 PeerResponse = Union[
-    ReplicaFetchResponse, CommitResponse, ReplicationWaitResponse, ReplicaReadResponse, KafkaForwardResponse
+    ReplicaFetchResponse,
+    CommitResponse,
+    ReplicationWaitResponse,
+    ReplicaReadResponse,
+    KafkaForwardResponse,
+    WalReferencesResponse,
 ]
 
 
@@ -32,7 +47,9 @@ class PeerService:
         committer: "LocalCommitter",
         reads: "ReplicaReadService",
         forwarded: Callable[[KafkaForwardRequest], Awaitable[KafkaForwardResponse]],
+        references: "ReferenceReporter",
     ) -> None:
+        self._references = references
         self._fetches = fetches
         self._committer = committer
         self._reads = reads
@@ -49,4 +66,6 @@ class PeerService:
             return await self._fetches.handle(request)
         if isinstance(request, ReplicaReadRequest):
             return await self._reads.handle(request)
+        if isinstance(request, WalReferencesRequest):
+            return self._references.answer(request)
         return await self._forwarded(request)

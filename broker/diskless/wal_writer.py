@@ -35,6 +35,7 @@ import collections
 import logging
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from walfiles.format import WalObjectBuilder
@@ -114,8 +115,10 @@ class WalWriter:
         quiet_ms: int = 0,
         quiet_min_bytes: int = 0,
         clock: Clock | None = None,
+        on_uploaded: Callable[[str, list[tuple[uuid.UUID, int]]], None] | None = None,
     ) -> None:
         self._store = store
+        self._on_uploaded = on_uploaded  # told (object id, partitions) of every object uploaded
         self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
         self._keys = keys
         self._committer = committer
@@ -275,6 +278,8 @@ class WalWriter:
             metrics.wal_upload_seconds.observe(self._clock.monotonic() - started)
             if self._cache is not None:
                 self._cache.put_object(key.object_id, data)
+            if self._on_uploaded is not None:
+                self._on_uploaded(key.object_id, [(slot.part.topic_id, slot.part.partition) for slot in obj.slots])
             if previous is not None:
                 await previous  # commits go in seal order; never fails
             started = self._clock.monotonic()

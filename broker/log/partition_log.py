@@ -150,6 +150,9 @@ class PartitionLog:
         self._flush_lock = threading.Lock()  # one flush at a time; file deletions wait for it
         self._checkpoint_lock = threading.Lock()  # checkpoint files are written in snapshot order
         self.last_recovery = RecoveryReport()
+        # Called with the first offset dropped, after truncate_to/restart_at cut entries off
+        # the end: anything derived from entries at or above it (wal_references.py) is stale.
+        self.truncation_listeners: list[Callable[[int], object]] = []
 
     # ---- open / recovery ---------------------------------------------------------------------
 
@@ -612,14 +615,21 @@ class PartitionLog:
             else:
                 self._truncate_within(offset)
         self._write_checkpoint()
+        self._tell_truncated(offset)
 
     def restart_at(self, offset: int) -> None:
         """Drop every entry and continue empty at ``offset`` (a follower whose leader deleted
         what the follower still needs)."""
         with self._flush_lock, self._lock:
             self._check_open()
+            dropped_from = self._bases[0]
             self._truncate_fully(offset)
         self._write_checkpoint()
+        self._tell_truncated(dropped_from)
+
+    def _tell_truncated(self, offset: int) -> None:
+        for listener in self.truncation_listeners:
+            listener(offset)
 
     def _truncate_within(self, offset: int) -> None:
         i = bisect.bisect_right(self._bases, offset) - 1

@@ -1,0 +1,63 @@
+"""Which partitions have batches in a WAL object: told by the uploaders (RecentUploads), or
+read from the object's index with one ranged GET of its tail (a second one only for an index
+larger than the tail, walfiles/format.py). Remembered in a bounded LRU cache, because an
+object still referenced is judged again every cycle.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+
+from walfiles.format import decode_index, index_from_tail, tail_range
+
+from ..objectstore import ObjectReader
+from .policy import PartitionKey
+
+PartitionSet = frozenset[PartitionKey]
+
+
+class PartitionSets:
+    """object id -> partitions in it, at most `max_objects` (least recently used go first).
+    Equal sets are shared: objects written in the same second mostly hold the same partitions."""
+
+    def __init__(self, max_objects: int) -> None:
+        self._max_objects = max_objects
+        self._sets: collections.OrderedDict[str, PartitionSet] = collections.OrderedDict()
+        self._interned: dict[PartitionSet, PartitionSet] = {}
+
+    def get(self, object_id: str) -> PartitionSet | None:
+        found = self._sets.get(object_id)
+        if found is not None:
+            self._sets.move_to_end(object_id)
+        return found
+
+    def put(self, object_id: str, partitions: Iterable[PartitionKey]) -> PartitionSet:
+        as_set = frozenset(partitions)
+        shared = self._interned.setdefault(as_set, as_set)
+        self._sets[object_id] = shared
+        self._sets.move_to_end(object_id)
+        while len(self._sets) > self._max_objects:
+            self._sets.popitem(last=False)
+        if len(self._interned) > 2 * self._max_objects:
+            self._interned = {s: s for s in self._sets.values()}
+        return shared
+
+    def forget(self, object_id: str) -> None:
+        self._sets.pop(object_id, None)
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+
+async def read_partitions(store: ObjectReader, key: str, size: int) -> list[PartitionKey]:
+    """The partitions in the object at `key` (of `size` bytes), from its index. Raises the
+    store's errors (NotFound: it is gone) and WalFormatError for an object that is not a WAL
+    object this broker can read."""
+    start, end = tail_range(size)
+    tail = await store.get(key, start, end)
+    footer, index = index_from_tail(tail, size)
+    if index is None:
+        index_start, index_end = footer.index_range
+        index = decode_index(await store.get(key, index_start, index_end), footer)
+    return [(str(topic_id), partition) for topic_id, partition in index.partition_keys()]

@@ -1,0 +1,90 @@
+"""A data broker's side of the WAL file manager: answers `WalReferencesRequest` with every
+diskless replica it hosts and the oldest WAL object each one's log references
+(wal_references.py), and hands over what its WAL writer uploaded since it was last asked.
+
+Answering costs the entries appended since the previous question (the references are kept
+per segment) and never touches the produce or commit path.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+from .messages import (
+    NO_REFERENCE,
+    WALGC_VERSION,
+    ReplicaReference,
+    UploadedObject,
+    WalReferencesRequest,
+    WalReferencesResponse,
+)
+
+if TYPE_CHECKING:
+    import uuid
+
+    from ..clock import Clock
+    from ..replica_manager import ReplicaManager
+
+# Uploads remembered for the manager between two of its questions; older ones are dropped
+# (the manager then reads those objects' indexes instead).
+MAX_REMEMBERED_UPLOADS = 10_000
+
+
+class RecentUploads:
+    """The WAL objects this broker uploaded lately and the partitions in each (bounded)."""
+
+    def __init__(self, max_objects: int = MAX_REMEMBERED_UPLOADS) -> None:
+        self._objects: collections.deque[UploadedObject] = collections.deque(maxlen=max_objects)
+
+    def record(self, object_id: str, partitions: "list[tuple[uuid.UUID, int]]") -> None:
+        self._objects.append(UploadedObject(object_id, sorted({(str(t), p) for t, p in partitions})))
+
+    def drain(self) -> list[UploadedObject]:
+        drained = list(self._objects)
+        self._objects.clear()
+        return drained
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+
+class ReferenceReporter:
+    def __init__(
+        self,
+        node_id: int,
+        replicas: "ReplicaManager",
+        clock: "Clock",
+        commit_deadline_ms: int,
+        uploads: RecentUploads,
+    ) -> None:
+        self._node_id = node_id
+        self._replicas = replicas
+        self._clock = clock
+        self._commit_deadline_ms = commit_deadline_ms
+        self._uploads = uploads
+
+    def answer(self, request: WalReferencesRequest) -> WalReferencesResponse:
+        if request.version != WALGC_VERSION:
+            raise ValueError(f"WAL references version {request.version} is not supported")
+        # The clock is read before the logs: a commit accepted after this moment is of an
+        # object created after now - deadline, whatever the scan below sees.
+        now_ms = self._clock.now_ms()
+        replicas = []
+        for partition in list(self._replicas.partitions.values()):
+            if not partition.settings.diskless or not partition.topic_id:
+                continue
+            oldest = partition.wal_references.oldest_created_ms()
+            leader = partition.leader_state is not None
+            replicas.append(
+                ReplicaReference(
+                    partition.topic_id,
+                    partition.index,
+                    NO_REFERENCE if oldest is None else oldest,
+                    partition.log.size_bytes if leader else 0,
+                    leader,
+                )
+            )
+        return WalReferencesResponse(
+            WALGC_VERSION, self._node_id, now_ms, self._commit_deadline_ms, replicas, self._uploads.drain()
+        )
