@@ -80,7 +80,48 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="config key for every broker (repeatable)",
     )
+    walfiles = commands.add_parser(
+        "walfiles", help="the WAL file manager: what it keeps, what it deletes"
+    ).add_subparsers(dest="walfiles_command", required=True)
+    for name, what in (
+        ("status", "objects, bytes, referenced and dead bytes, last cycle, paused or not and why"),
+        ("gc", "run a cycle now and print its decisions"),
+    ):
+        sub = walfiles.add_parser(name, help=what)
+        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]", help="any broker")
+        sub.add_argument("--format", choices=["text", "json"], default="text")
+        if name == "gc":
+            sub.add_argument("--dry-run", action="store_true", help="delete nothing; print what would go and why")
     return parser
+
+
+def _walfiles(args: argparse.Namespace) -> int:
+    """Exit status: 0 ok, 1 error, 2 usage, 10 the manager is paused."""
+    import json
+
+    from .admin_client import AdminClient, AdminError, parse_bootstrap
+    from .walgc.render import report_text, status_text
+
+    try:
+        client = AdminClient(parse_bootstrap(args.bootstrap_server))
+    except ValueError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.walfiles_command == "status":
+            answer = client.call("walfiles.status")
+            status = answer
+        else:
+            answer = client.call("walfiles.gc", {"dry_run": args.dry_run})
+            status = answer["status"]
+    except AdminError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps(answer, indent=2, sort_keys=True))
+    else:
+        print(status_text(answer) if args.walfiles_command == "status" else report_text(answer))
+    return 10 if status["paused"] else 0
 
 
 def _setting(item: str) -> tuple[str, str]:
@@ -92,6 +133,8 @@ def _setting(item: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "walfiles":
+        return _walfiles(args)
     if args.command == "dev":
         from .devcluster.cluster import main as dev_cluster  # late: the broker needs none of it
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .rpc import RpcClientPool
     from .topics import TopicCatalog
     from .waiters import FetchWaiters
+    from .walgc.manager import WalFileManager
 
 
 class HandlerContext(Protocol):
@@ -80,3 +81,7 @@ class HandlerContext(Protocol):
     def groups(self) -> GroupCoordinator: ...
     @property
     def producer_ids(self) -> ProducerIdAllocator: ...
+
+    # -- the WAL file manager (answers on the controller) -------------------------------------
+    @property
+    def wal_files(self) -> WalFileManager: ...

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from .handlers import registry
+from .handlers import registry, shoal_admin
+from .protocol import admin
 from .protocol.api_keys import ApiKey
 from .protocol.errors import ConnectionFault, ErrorCode
 from .protocol.header import HeaderError, RequestHeader, parse_request_header, peek_api
@@ -47,6 +48,8 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
         api_key, api_version, correlation_id = peek_api(frame)
     except HeaderError as exc:
         raise ConnectionFault(str(exc)) from None
+    if api_key == admin.SHOAL_ADMIN:
+        return await _admin(broker, frame)
     handler = registry.HANDLERS.get(api_key)
     if handler is None:
         raise ConnectionFault(f"unsupported API key {api_key}")
@@ -79,6 +82,14 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
     encoded = encode_response(header, response)
     broker.cross_az.client_bytes(client_az, named, len(frame) + sum(len(part) for part in encoded))
     return encoded
+
+
+async def _admin(broker: HandlerContext, frame: bytes) -> list[bytes | bytearray]:
+    try:
+        request = admin.decode_request(frame)
+    except admin.AdminFrameError as exc:
+        raise ConnectionFault(f"malformed Shoal admin request: {exc}") from None
+    return [admin.encode_response(await shoal_admin.handle(broker, request))]
 
 
 async def answer_forwarded(broker: HandlerContext, message: KafkaForwardRequest) -> KafkaForwardResponse:
