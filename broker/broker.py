@@ -308,7 +308,7 @@ class Broker:
             quiet_ms=config.wal_quiet_ms,
             quiet_min_bytes=config.wal_quiet_min_bytes,
             clock=self.clock,
-            on_uploaded=self.uploads.record,
+            on_committed=self.uploads.record,
         )
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)

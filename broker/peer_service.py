@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Union
 from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
-from .walgc.messages import WalReferencesRequest, WalReferencesResponse
+from .walgc.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequest, WalReferencesResponse
 
 if TYPE_CHECKING:
     from .diskless.commit import LocalCommitter
@@ -29,6 +29,7 @@ PeerRequest = Union[
     ReplicaReadRequest,
     KafkaForwardRequest,
     WalReferencesRequest,
+    WalQueryRequest,
 ]
 PeerResponse = Union[
     ReplicaFetchResponse,
@@ -37,6 +38,7 @@ PeerResponse = Union[
     ReplicaReadResponse,
     KafkaForwardResponse,
     WalReferencesResponse,
+    WalQueryResponse,
 ]
 
 
@@ -68,4 +70,6 @@ class PeerService:
             return await self._reads.handle(request)
         if isinstance(request, WalReferencesRequest):
             return self._references.answer(request)
+        if isinstance(request, WalQueryRequest):
+            return self._references.answer_query(request)
         return await self._forwarded(request)

@@ -1,26 +1,38 @@
-"""The oldest WAL object one replica's partition log references: what this replica tells the
-WAL file manager (walgc/), so that it never deletes an object the replica can still serve.
+"""Which WAL objects one replica's partition log references: what this replica tells the WAL
+file manager (walgc/), so that it never deletes an object the replica can still serve.
 
-A replica's answer is the smallest creation time (from the object id, walfiles/keys.py) over
-the COORDINATES entries from its log start offset to its log end, the uncommitted tail
-included (a follower may become leader with it). It is kept per segment and extended
-incrementally: a sealed segment is scanned once, the active one from where the last scan
-stopped, so asking costs the entries appended since the last question, not the log. A
-truncation (a divergent tail, a failed append cut back, a follower restarting at the leader's
-log start) forgets what was derived from the entries it dropped; a log start moved inside a
-segment (DeleteRecords) rescans that segment from the new start, so records deleted by
-DeleteRecords stop pinning their objects at once, not when their segment goes.
+Two questions, both over the COORDINATES entries from the log start offset to the log end
+(the uncommitted tail included: a follower may become leader with it):
+- `oldest_created_ms`: the smallest creation time (from the object id, walfiles/keys.py) of
+  any referenced object, the replica's low watermark;
+- `referenced_among`: which of some given objects it references, for objects the watermark
+  alone cannot clear (created after the oldest reference, e.g. an upload whose commit never
+  happened).
+
+The log is summarised in chunks of up to CHUNK_ENTRIES entries, each with the smallest and
+largest creation time it references, kept per segment and extended incrementally: a sealed
+segment is scanned once, the active one from where the last scan stopped, so the watermark
+costs the entries appended since the last question, not the log. Entries are appended in
+commit order and a commit names an object at most `wal.commit.deadline.ms` old, so a chunk's
+time range is narrow and `referenced_among` reads only the chunks whose range holds an
+asked object's creation time. A truncation (a divergent tail, a failed append cut back, a
+follower restarting at the leader's log start) forgets what was derived from the entries it
+dropped; a log start moved inside a segment (DeleteRecords) rescans that segment from the
+new start, so deleted records stop pinning their objects at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import bisect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from walfiles.keys import parse_wal_id
 
 from .log import EntryKind, PartitionLog
 from .log.coordinates import decode_ref
+
+CHUNK_ENTRIES = 256
 
 
 def created_ms_of(object_id: str) -> int:
@@ -28,13 +40,23 @@ def created_ms_of(object_id: str) -> int:
 
 
 @dataclass(slots=True)
+class _Chunk:
+    """Entries in [first, end) reference objects created within [oldest, newest]."""
+
+    first: int
+    end: int
+    entries: int
+    oldest: int | None = None
+    newest: int | None = None
+
+
+@dataclass(slots=True)
 class _Scanned:
-    """What is known of one segment: entries in [begin, end) were scanned; `oldest` is the
-    smallest creation time among their references (None: none referenced an object)."""
+    """One segment's entries in [begin, end), in chunks."""
 
     begin: int
     end: int
-    oldest: int | None
+    chunks: list[_Chunk] = field(default_factory=list)
 
 
 class WalReferences:
@@ -47,12 +69,40 @@ class WalReferences:
     def oldest_created_ms(self) -> int | None:
         """The creation time of the oldest WAL object the log references from its log start
         offset on; None when it references none."""
+        oldest: int | None = None
+        for chunk in self._chunks():
+            if chunk.oldest is not None and (oldest is None or chunk.oldest < oldest):
+                oldest = chunk.oldest
+        return oldest
+
+    def referenced_among(self, asked: Mapping[str, int]) -> set[str]:
+        """Of `asked` (object id -> its creation time), the objects the log references."""
+        found: set[str] = set()
+        if not asked:
+            return found
+        times = sorted(set(asked.values()))
+        for chunk in self._chunks():
+            if chunk.oldest is None or chunk.newest is None:
+                continue
+            if not _any_within(times, chunk.oldest, chunk.newest):
+                continue
+            for entry in self._log.iter_entries(chunk.first):
+                if entry.base_offset >= chunk.end:
+                    break
+                if entry.kind is EntryKind.COORDINATES:
+                    object_id = decode_ref(entry.payload).object_id
+                    if object_id in asked:
+                        found.add(object_id)
+        return found
+
+    def _chunks(self) -> list[_Chunk]:
+        """Every chunk from the log start offset to the log end, scanning what is new."""
         log = self._log
         bases = log.segment_base_offsets
         start, end = log.log_start_offset, log.log_end_offset
         for gone in self._segments.keys() - set(bases):
             del self._segments[gone]
-        oldest: int | None = None
+        chunks: list[_Chunk] = []
         for i, base in enumerate(bases):
             segment_end = bases[i + 1] if i + 1 < len(bases) else end
             begin = max(base, start)
@@ -61,24 +111,36 @@ class WalReferences:
                 continue
             scanned = self._segments.get(base)
             if scanned is None or scanned.begin != begin:
-                scanned = self._segments[base] = _Scanned(begin, begin, None)
+                scanned = self._segments[base] = _Scanned(begin, begin)
             if scanned.end < segment_end:
                 self._scan(scanned, segment_end)
-            if scanned.oldest is not None and (oldest is None or scanned.oldest < oldest):
-                oldest = scanned.oldest
-        return oldest
+            chunks.extend(scanned.chunks)
+        return chunks
 
     def _scan(self, scanned: _Scanned, segment_end: int) -> None:
+        chunk = scanned.chunks[-1] if scanned.chunks and scanned.chunks[-1].entries < CHUNK_ENTRIES else None
         for entry in self._log.iter_entries(scanned.end):
             if entry.base_offset >= segment_end:
                 break
+            if chunk is None or chunk.entries >= CHUNK_ENTRIES:
+                chunk = _Chunk(entry.base_offset, entry.base_offset, 0)
+                scanned.chunks.append(chunk)
             if entry.kind is EntryKind.COORDINATES:
                 created = self._created_ms(decode_ref(entry.payload).object_id)
-                if scanned.oldest is None or created < scanned.oldest:
-                    scanned.oldest = created
-            scanned.end = entry.last_offset + 1
+                if chunk.oldest is None or created < chunk.oldest:
+                    chunk.oldest = created
+                if chunk.newest is None or created > chunk.newest:
+                    chunk.newest = created
+            chunk.entries += 1
+            chunk.end = scanned.end = entry.last_offset + 1
 
     def _forget_from(self, offset: int) -> None:
         for base, scanned in list(self._segments.items()):
             if scanned.end > offset:
                 del self._segments[base]
+
+
+def _any_within(times: list[int], low: int, high: int) -> bool:
+    """Whether the sorted `times` hold a value in [low, high], in O(log n)."""
+    i = bisect.bisect_left(times, low)
+    return i < len(times) and times[i] <= high

@@ -115,10 +115,13 @@ class PendingCommit:
     """One partition's commit as its representative sees it, in two steps: `applied` (the
     leader assigned offsets, or refused) and `acknowledged` (its acks are satisfied, or they
     cannot be). The WAL writer frees the batch's in-flight bytes at the first and answers
-    the producer at the second."""
+    the producer at the second. `outcome_known` False: the leader's answer was lost (a
+    timeout, a broken connection), so the batch may have been appended although `applied`
+    holds an error; the WAL file manager must then assume the partition references the object."""
 
     applied: asyncio.Future[CommitResult]
     acknowledged: asyncio.Future[CommitResult]
+    outcome_known: bool = True
 
 
 class Committer(Protocol):

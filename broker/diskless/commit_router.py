@@ -108,6 +108,7 @@ class CommitRouter:
             await self._hand_back(leader, client, request, call, outcomes)
         finally:  # whatever happened, nobody is left waiting
             unknown = failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader} did not finish"))
+            _outcomes_unknown([outcome for outcome in outcomes if not outcome.applied.done()])
             for outcome in outcomes:
                 for future in (outcome.applied, outcome.acknowledged):
                     if not future.done():
@@ -129,10 +130,12 @@ class CommitRouter:
             results = [failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))] * len(
                 outcomes
             )
+            _outcomes_unknown(outcomes)
         except RpcError as exc:
             results = [failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"commit to broker {leader}: {exc}"))] * len(
                 outcomes
             )
+            _outcomes_unknown(outcomes)
         waiting: list[tuple[PendingCommit, CommitResult, WaitPartition]] = []
         for outcome, part, result in zip(outcomes, request.partitions, results):
             outcome.applied.set_result(result)
@@ -182,3 +185,9 @@ class CommitRouter:
                 else:
                     outcome.acknowledged.set_result(result)
             waiting = still
+
+
+def _outcomes_unknown(outcomes: list[PendingCommit]) -> None:
+    """The commit may have been applied or not: nobody knows (WAL file manager, PendingCommit)."""
+    for outcome in outcomes:
+        outcome.outcome_known = False

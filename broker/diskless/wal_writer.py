@@ -115,10 +115,13 @@ class WalWriter:
         quiet_ms: int = 0,
         quiet_min_bytes: int = 0,
         clock: Clock | None = None,
-        on_uploaded: Callable[[str, list[tuple[uuid.UUID, int]]], None] | None = None,
+        on_committed: Callable[[str, list[tuple[uuid.UUID, int]]], None] | None = None,
     ) -> None:
         self._store = store
-        self._on_uploaded = on_uploaded  # told (object id, partitions) of every object uploaded
+        # told, once its commits are resolved, each uploaded object's id and the partitions
+        # that may reference it (committed, or the outcome is unknown): the WAL file manager's
+        # cheap source of truth about objects (walgc/reporter.py)
+        self._on_committed = on_committed
         self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
         self._keys = keys
         self._committer = committer
@@ -278,8 +281,6 @@ class WalWriter:
             metrics.wal_upload_seconds.observe(self._clock.monotonic() - started)
             if self._cache is not None:
                 self._cache.put_object(key.object_id, data)
-            if self._on_uploaded is not None:
-                self._on_uploaded(key.object_id, [(slot.part.topic_id, slot.part.partition) for slot in obj.slots])
             if previous is not None:
                 await previous  # commits go in seal order; never fails
             started = self._clock.monotonic()
@@ -296,8 +297,17 @@ class WalWriter:
         for slot, outcome in zip(obj.slots, pending):
             outcome.applied.add_done_callback(lambda _applied, slot=slot: self._release(slot.size))  # type: ignore[misc]  # lambda with a default
             outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))  # type: ignore[misc]  # lambda with a default
-        obj.slots = []  # answered by the callbacks: nothing left for _fail
-        await asyncio.gather(*(outcome.applied for outcome in pending))
+        slots, obj.slots = obj.slots, []  # answered by the callbacks: nothing left for _fail
+        applied = await asyncio.gather(*(outcome.applied for outcome in pending))
+        if self._on_committed is not None:
+            self._on_committed(
+                key.object_id,
+                [
+                    (slot.part.topic_id, slot.part.partition)
+                    for slot, outcome, result in zip(slots, pending, applied)
+                    if result.error_code == 0 or not outcome.outcome_known
+                ],
+            )
         metrics.wal_commit_seconds.observe(self._clock.monotonic() - started)
         metrics.wal_objects.labels("committed").inc()
 

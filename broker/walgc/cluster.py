@@ -9,10 +9,20 @@ come back with it. Stateless brokers host no replicas and are not asked.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import TYPE_CHECKING, Any, cast
 
+from ..partition_ids import TopicIdPartition
 from .manager import GcPaused
-from .messages import WALGC_VERSION, WalReferencesRequest, WalReferencesResponse
+from .messages import (
+    WALGC_VERSION,
+    ObjectsQuery,
+    WalQueryRequest,
+    WalQueryResponse,
+    WalReferencesRequest,
+    WalReferencesResponse,
+)
+from .policy import PartitionKey
 
 if TYPE_CHECKING:
     from ..cluster.view import ClusterView
@@ -59,12 +69,37 @@ class ClusterReferences:
                 raise GcPaused(f"broker {node} did not answer ({answer!r}): its logs may reference any object")
         return cast("list[WalReferencesResponse]", answers)
 
-    async def _ask(self, node: int, request: WalReferencesRequest) -> WalReferencesResponse:
+    async def query(self, asked: dict[PartitionKey, list[str]]) -> dict[PartitionKey, set[str]]:
+        """Every broker named as a replica of an asked partition must answer (a replica not
+        opened yet answers nothing for it: it references nothing yet)."""
+        nodes: set[int] = set()
+        for topic_id, index in asked:
+            state = self._view.partitions.get(TopicIdPartition.of(uuid.UUID(topic_id), index))
+            if state is not None:
+                nodes.update(state.record.replicas)
+        request = WalQueryRequest(WALGC_VERSION, [ObjectsQuery(t, p, ids) for (t, p), ids in sorted(asked.items())])
+        found: dict[PartitionKey, set[str]] = {}
+        for answer in await asyncio.gather(*(self._ask(node, request) for node in sorted(nodes))):
+            assert isinstance(answer, WalQueryResponse)
+            for referenced in answer.referenced:
+                found.setdefault((referenced.topic_id, referenced.partition), set()).update(referenced.object_ids)
+        return found
+
+    async def _ask(
+        self, node: int, request: WalReferencesRequest | WalQueryRequest
+    ) -> WalReferencesResponse | WalQueryResponse:
         if node == self._node_id:
-            return self._local.answer(request)
-        registration = self._view.brokers[node]
+            return (
+                self._local.answer(request)
+                if isinstance(request, WalReferencesRequest)
+                else self._local.answer_query(request)
+            )
+        registration = self._view.brokers.get(node)
+        if registration is None:
+            raise GcPaused(f"broker {node} hosts replicas but is not registered")
         client = self._pool.get(node, registration.rpc_host or "", registration.rpc_port)
         answer = await client.call(request, ASK_TIMEOUT_S)
-        if not isinstance(answer, WalReferencesResponse) or answer.node_id != node:
+        expected = WalReferencesResponse if isinstance(request, WalReferencesRequest) else WalQueryResponse
+        if not isinstance(answer, expected) or answer.node_id != node:
             raise ValueError(f"unexpected answer {type(answer).__name__} from broker {node}")
         return answer

@@ -18,30 +18,33 @@ PartitionSet = frozenset[PartitionKey]
 
 
 class PartitionSets:
-    """object id -> partitions in it, at most `max_objects` (least recently used go first).
-    Equal sets are shared: objects written in the same second mostly hold the same partitions."""
+    """object id -> (partitions that may reference it, exact), at most `max_objects` (least
+    recently used go first). Exact: from the uploader (partitions whose commit succeeded or
+    whose outcome is unknown) or from asking the replicas; not exact: from the index (every
+    partition with a batch in it). Equal sets are shared: objects written close together
+    mostly hold the same partitions."""
 
     def __init__(self, max_objects: int) -> None:
         self._max_objects = max_objects
-        self._sets: collections.OrderedDict[str, PartitionSet] = collections.OrderedDict()
+        self._sets: collections.OrderedDict[str, tuple[PartitionSet, bool]] = collections.OrderedDict()
         self._interned: dict[PartitionSet, PartitionSet] = {}
 
-    def get(self, object_id: str) -> PartitionSet | None:
+    def get(self, object_id: str) -> tuple[PartitionSet, bool] | None:
         found = self._sets.get(object_id)
         if found is not None:
             self._sets.move_to_end(object_id)
         return found
 
-    def put(self, object_id: str, partitions: Iterable[PartitionKey]) -> PartitionSet:
+    def put(self, object_id: str, partitions: Iterable[PartitionKey], exact: bool) -> tuple[PartitionSet, bool]:
         as_set = frozenset(partitions)
-        shared = self._interned.setdefault(as_set, as_set)
-        self._sets[object_id] = shared
+        entry = (self._interned.setdefault(as_set, as_set), exact)
+        self._sets[object_id] = entry
         self._sets.move_to_end(object_id)
         while len(self._sets) > self._max_objects:
             self._sets.popitem(last=False)
         if len(self._interned) > 2 * self._max_objects:
-            self._interned = {s: s for s in self._sets.values()}
-        return shared
+            self._interned = {s: s for s, _exact in self._sets.values()}
+        return entry
 
     def forget(self, object_id: str) -> None:
         self._sets.pop(object_id, None)

@@ -37,7 +37,7 @@ from ..objectstore import NotFound, ObjectStore, ObjectStoreError
 from ..objectstore.store import MAX_DELETE_BATCH
 from .indexes import PartitionSets, read_partitions
 from .messages import PLANNED_SHOWN, CycleReport, PlannedDelete, WalFilesStatus, WalReferencesResponse
-from .policy import PendingDeletes, Sample, Timing, combine, judge
+from .policy import PartitionKey, PendingDeletes, Sample, Timing, combine, judge
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -58,6 +58,10 @@ class GcPaused(Exception):
 class ReferenceSource(Protocol):
     async def gather(self) -> list[WalReferencesResponse]:
         """One answer from every data broker, or GcPaused."""
+
+    async def query(self, asked: dict[PartitionKey, list[str]]) -> dict[PartitionKey, set[str]]:
+        """Of the asked objects per partition, those some replica of it references; raises
+        when a data broker does not answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +241,7 @@ class WalFileManager:
         sample = combine(answers)
         for answer in answers:
             for uploaded in answer.uploaded:
-                self._sets.put(uploaded.object_id, uploaded.partitions)
+                self._sets.put(uploaded.object_id, uploaded.partitions, exact=True)
         timing = Timing(self._clock.now_ms(), self._settings.commit_deadline_ms, self._settings.grace_ms)
         judged = await self._judge_listing(sample, timing)
         assert judged.unreferenced is not None and judged.kept is not None
@@ -304,6 +308,8 @@ class WalFileManager:
         judged = _Judged(unreferenced={}, kept=collections.Counter())
         assert judged.unreferenced is not None and judged.kept is not None
         to_read: list[_Listed] = []
+        to_ask: list[tuple[_Listed, tuple[PartitionKey, ...]]] = []
+        budget = self._settings.max_index_reads_per_cycle
         async for info in self._store.list(prefix):
             object_id = info.key[len(prefix) :]
             try:
@@ -315,22 +321,34 @@ class WalFileManager:
             judged.bytes += info.size
             if judged.oldest_created_ms is None:
                 judged.oldest_created_ms = created_ms
-            verdict = judge(created_ms, self._sets.get(object_id), sample, timing)
+            known = self._sets.get(object_id)
+            partitions, exact = known if known is not None else (None, False)
+            verdict = judge(created_ms, partitions, exact, sample, timing)
+            listed = _Listed(info.key, object_id, created_ms, info.size)
             if verdict.deletable:
                 judged.unreferenced[info.key] = (info.size, verdict.reason)
-            elif verdict.needs_index and len(to_read) < self._settings.max_index_reads_per_cycle:
-                to_read.append(_Listed(info.key, object_id, created_ms, info.size))
+            elif (verdict.needs_index or verdict.ask) and len(to_read) + len(to_ask) >= budget:
+                judged.kept["not looked up yet (wal.file.manager.max.index.reads.per.cycle)"] += 1
             elif verdict.needs_index:
-                judged.kept["index not read yet (wal.file.manager.max.index.reads.per.cycle)"] += 1
+                to_read.append(listed)
+            elif verdict.ask:
+                to_ask.append((listed, verdict.ask))
             else:
                 judged.kept["young" if verdict.reason.startswith("young") else "referenced"] += 1
         if to_read:
-            await self._read_indexes(to_read, sample, timing, judged)
+            to_ask += await self._read_indexes(to_read, sample, timing, judged)
+        if to_ask:
+            await self._ask_replicas(to_ask, judged)
+        judged.unreferenced = dict(sorted(judged.unreferenced.items()))
         return judged
 
-    async def _read_indexes(self, listed: list[_Listed], sample: Sample, timing: Timing, judged: _Judged) -> None:
+    async def _read_indexes(
+        self, listed: list[_Listed], sample: Sample, timing: Timing, judged: _Judged
+    ) -> list[tuple[_Listed, tuple[PartitionKey, ...]]]:
+        """Read the objects' indexes and judge them; those still undecided must be asked about."""
         assert judged.unreferenced is not None and judged.kept is not None
         limit = asyncio.Semaphore(INDEX_READ_CONCURRENCY)
+        to_ask: list[tuple[_Listed, tuple[PartitionKey, ...]]] = []
 
         async def one(item: _Listed) -> None:
             async with limit:
@@ -345,14 +363,45 @@ class WalFileManager:
                     judged.kept["index unreadable"] += 1  # type: ignore[index]
                     return
             self._metrics.walfiles_index_reads.labels("ok").inc()
-            verdict = judge(item.created_ms, self._sets.put(item.object_id, partitions), sample, timing)
+            known, exact = self._sets.put(item.object_id, partitions, exact=False)
+            verdict = judge(item.created_ms, known, exact, sample, timing)
             if verdict.deletable:
                 judged.unreferenced[item.key] = (item.size, verdict.reason)  # type: ignore[index]
+            elif verdict.ask:
+                to_ask.append((item, verdict.ask))
             else:
                 judged.kept["young" if verdict.reason.startswith("young") else "referenced"] += 1  # type: ignore[index]
 
         await asyncio.gather(*(one(item) for item in listed))
-        judged.unreferenced = dict(sorted(judged.unreferenced.items()))
+        return to_ask
+
+    async def _ask_replicas(self, to_ask: list[tuple[_Listed, tuple[PartitionKey, ...]]], judged: _Judged) -> None:
+        """Objects known from their index only, created after some of their partitions'
+        oldest references: ask those partitions' replicas whether they reference them. A
+        positive answer is remembered (the object stays until the watermark passes it); a
+        negative one is asked again in the cycle that deletes the object."""
+        assert judged.unreferenced is not None and judged.kept is not None
+        asked: dict[PartitionKey, list[str]] = {}
+        for item, partitions in to_ask:
+            for partition in partitions:
+                asked.setdefault(partition, []).append(item.object_id)
+        try:
+            answers = await self._references.query(asked)
+        except Exception as exc:  # a broker down or slow: keep them all, ask again next cycle
+            log.warning("WAL file manager: asking replicas about %d objects failed (%s)", len(to_ask), exc)
+            judged.kept["reference question unanswered"] += len(to_ask)
+            return
+        for item, partitions in to_ask:
+            referencing = [p for p in partitions if item.object_id in answers.get(p, ())]
+            if referencing:
+                self._sets.put(item.object_id, referencing, exact=True)
+                judged.kept["referenced"] += 1
+            else:
+                judged.unreferenced[item.key] = (
+                    item.size,
+                    f"none of the {len(partitions)} partition(s) in its index with older references has it "
+                    "(asked their replicas)",
+                )
 
     async def _delete(self, ready: list[str], sizes: dict[str, tuple[int, str]]) -> tuple[int, int, int]:
         """Delete `ready` in batches; (objects, bytes) confirmed and keys that failed."""

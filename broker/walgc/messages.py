@@ -3,8 +3,13 @@
 
 `WalReferencesRequest` -> `WalReferencesResponse`: every diskless replica the broker hosts
 (leader or follower) with the creation time of the oldest WAL object its log references,
-plus the partitions of the WAL objects the broker uploaded since it was last asked (so the
-manager rarely reads an object's index).
+plus, for each WAL object the broker uploaded since it was last asked, the partitions that
+may reference it: those whose commit succeeded or whose outcome is unknown (so the manager
+rarely reads an object's index, and a partition whose commit was refused never pins it).
+
+`WalQueryRequest` -> `WalQueryResponse`: for objects known only from their index (their
+uploader died, or its report was lost) and created after a partition's oldest reference:
+which of them each hosted replica references.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class ReplicaReference(msgspec.Struct, array_like=True, frozen=True):
 
 class UploadedObject(msgspec.Struct, array_like=True, frozen=True):
     object_id: str
-    partitions: list[tuple[str, int]]  # (topic id, partition) of every batch in it
+    partitions: list[tuple[str, int]]  # (topic id, partition) that may reference it
 
 
 class WalReferencesResponse(msgspec.Struct, tag="wal_references_response", array_like=True, frozen=True):
@@ -41,6 +46,23 @@ class WalReferencesResponse(msgspec.Struct, tag="wal_references_response", array
     commit_deadline_ms: int
     replicas: list[ReplicaReference]
     uploaded: list[UploadedObject] = []
+
+
+class ObjectsQuery(msgspec.Struct, array_like=True, frozen=True):
+    topic_id: str
+    partition: int
+    object_ids: list[str]
+
+
+class WalQueryRequest(msgspec.Struct, tag="wal_query", array_like=True, frozen=True):
+    version: int
+    partitions: list[ObjectsQuery]
+
+
+class WalQueryResponse(msgspec.Struct, tag="wal_query_response", array_like=True, frozen=True):
+    version: int
+    node_id: int
+    referenced: list[ObjectsQuery]  # per hosted partition asked about: the objects its log references
 
 
 # -- the operator's view (shoal walfiles status|gc): JSON over the admin API -----------------

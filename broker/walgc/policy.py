@@ -9,11 +9,14 @@ manager", gives the argument and the races):
    when it answered) - wal.commit.deadline.ms - wal.file.manager.grace.ms. Leaders refuse
    commits of objects older than the deadline on their own clock; the grace covers clocks
    that disagree.
-2. No replica references it: for every partition p with a batch in X, c(X) < oldest(p), the
-   oldest creation time any replica of p references. A replica gains references only by a
-   commit (of an object younger than the cutoff) or by copying its leader's log (whose
-   answer covers them), so once this holds in a complete sample it holds forever.
-   Shortcut: c(X) below every partition's oldest reference needs no index at all.
+2. No replica references it: for every partition p that may reference X, c(X) < oldest(p),
+   the oldest creation time any replica of p references, or else every replica of p says
+   it does not reference X when asked. A replica gains references only by a commit (of an
+   object younger than the cutoff) or by copying its leader's log (whose answer covers
+   them), so once this holds in a complete sample it holds forever. The partitions that may
+   reference X are those its uploader reported (committed, or the outcome unknown: exact),
+   else those in its index (some may never have committed it: asked when they pin it).
+   Shortcut: c(X) below every partition's oldest reference needs no partitions at all.
 
 The manager then waits `grace` more before deleting (`PendingDeletes`), so reads that
 resolved X's coordinates before the last reference went away finish first, and checks the
@@ -69,6 +72,7 @@ class Verdict:
     deletable: bool
     reason: str
     needs_index: bool = False  # undecided until the object's partitions are known
+    ask: tuple[PartitionKey, ...] = ()  # undecided until these partitions' replicas are asked
 
 
 YOUNG = Verdict(False, "young: a commit of it may still succeed")
@@ -88,9 +92,12 @@ class Timing:
         return min(sample.commit_floor_ms, self.now_ms - self.commit_deadline_ms) - self.grace_ms
 
 
-def judge(created_ms: int, partitions: frozenset[PartitionKey] | None, sample: Sample, timing: Timing) -> Verdict:
-    """Whether an object created at `created_ms` holding batches of `partitions` (None: not
-    known yet) is unreferenced in `sample`."""
+def judge(
+    created_ms: int, partitions: frozenset[PartitionKey] | None, exact: bool, sample: Sample, timing: Timing
+) -> Verdict:
+    """Whether an object created at `created_ms` is unreferenced in `sample`. `partitions`:
+    those that may reference it (None: not known yet); `exact` False when they come from its
+    index (some may never have committed it)."""
     if created_ms >= timing.cutoff_ms(sample):
         return YOUNG
     oldest_anywhere = sample.oldest_anywhere
@@ -101,6 +108,8 @@ def judge(created_ms: int, partitions: frozenset[PartitionKey] | None, sample: S
     pinning = sorted(p for p in partitions if sample.oldest.get(p, created_ms + 1) <= created_ms)
     if not pinning:
         return Verdict(True, f"none of its {len(partitions)} partition(s) references it any more")
+    if not exact:
+        return Verdict(False, "its index names partitions with older references: ask them", ask=tuple(pinning))
     topic_id, index = pinning[0]
     more = f" and {len(pinning) - 1} more" if len(pinning) > 1 else ""
     return Verdict(False, f"referenced by partition {index} of topic {topic_id}{more}")

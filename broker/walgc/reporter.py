@@ -1,6 +1,7 @@
 """A data broker's side of the WAL file manager: answers `WalReferencesRequest` with every
 diskless replica it hosts and the oldest WAL object each one's log references
-(wal_references.py), and hands over what its WAL writer uploaded since it was last asked.
+(wal_references.py), and hands over what its WAL writer uploaded since it was last asked;
+answers `WalQueryRequest` with the asked objects each hosted replica references.
 
 Answering costs the entries appended since the previous question (the references are kept
 per segment) and never touches the produce or commit path.
@@ -11,11 +12,15 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING
 
+from ..wal_references import created_ms_of
 from .messages import (
     NO_REFERENCE,
     WALGC_VERSION,
+    ObjectsQuery,
     ReplicaReference,
     UploadedObject,
+    WalQueryRequest,
+    WalQueryResponse,
     WalReferencesRequest,
     WalReferencesResponse,
 )
@@ -32,7 +37,8 @@ MAX_REMEMBERED_UPLOADS = 10_000
 
 
 class RecentUploads:
-    """The WAL objects this broker uploaded lately and the partitions in each (bounded)."""
+    """The WAL objects this broker uploaded lately, each with the partitions that may
+    reference it (committed, or with an unknown outcome); bounded, oldest dropped first."""
 
     def __init__(self, max_objects: int = MAX_REMEMBERED_UPLOADS) -> None:
         self._objects: collections.deque[UploadedObject] = collections.deque(maxlen=max_objects)
@@ -88,3 +94,17 @@ class ReferenceReporter:
         return WalReferencesResponse(
             WALGC_VERSION, self._node_id, now_ms, self._commit_deadline_ms, replicas, self._uploads.drain()
         )
+
+    def answer_query(self, request: WalQueryRequest) -> WalQueryResponse:
+        if request.version != WALGC_VERSION:
+            raise ValueError(f"WAL references version {request.version} is not supported")
+        hosted = {(p.topic_id, p.index): p for p in list(self._replicas.partitions.values()) if p.topic_id}
+        referenced = []
+        for query in request.partitions:
+            partition = hosted.get((query.topic_id, query.partition))
+            if partition is None:
+                continue
+            asked = {object_id: created_ms_of(object_id) for object_id in query.object_ids}
+            found = partition.wal_references.referenced_among(asked)
+            referenced.append(ObjectsQuery(query.topic_id, query.partition, sorted(found)))
+        return WalQueryResponse(WALGC_VERSION, self._node_id, referenced)

@@ -15,7 +15,7 @@ from broker.objectstore import ObjectStoreUnavailable
 from broker.partition import Partition
 from tests.inprocess import InProcessBroker
 from tests.integration.clients import build_batch, decode_records
-from walfiles.format import WalObjectBuilder
+from walfiles.format import WalObjectBuilder, read_object
 from walfiles.keys import format_wal_key
 
 GRACE_MS = 2_000
@@ -159,6 +159,69 @@ def test_an_uploaded_but_never_committed_object_goes_after_deadline_and_grace(tm
         assert len(wal_keys(harness)) == 1
         reads = harness.broker.metrics.walfiles_index_reads.labels("ok")
         assert reads._value.get() == 1  # type: ignore[attr-defined]
+
+    run(test, tmp_path)
+
+
+def test_an_orphan_holding_a_busy_partition_is_asked_about_and_deleted(tmp_path: Path) -> None:
+    """The orphan names a partition whose log references older objects: the watermark cannot
+    clear it, its index came from a GET, so the manager asks the partition's replicas."""
+
+    async def test(harness: InProcessBroker) -> None:
+        client, manager = harness.client(), harness.broker.wal_files
+        assert await client.create_topic("t", 1, {"diskless.enable": "true"}) == 0
+        await produce(harness, "t", b"older")
+        topic = harness.broker.catalog.get("t")
+        assert topic is not None
+        builder = WalObjectBuilder()
+        builder.append(topic.topic_id, 0, build_batch([(None, b"orphan")]))
+        orphan = format_wal_key("", harness.broker.cluster_id, harness.clock.now_ms() + 5, 7, 1)
+        await harness.objects.put(orphan, builder.build())
+        await produce(harness, "t", b"newer")  # a committed object created after the orphan
+        harness.clock.advance(DEADLINE_MS + GRACE_MS + 1)
+        report = await manager.run_cycle()
+        assert [p.key for p in report.planned] == [orphan], report
+        assert "asked their replicas" in report.planned[0].reason
+        assert report.kept == {"referenced": 2}
+        harness.clock.advance(GRACE_MS)
+        report = await manager.run_cycle()
+        assert report.deleted_objects == 1 and orphan not in wal_keys(harness) and len(wal_keys(harness)) == 2
+        part = await client.fetch("t", 0, 0)
+        assert [r.value for r in decode_records(part.records)] == [b"older", b"newer"]
+
+    run(test, tmp_path)
+
+
+def test_a_partition_whose_commit_was_refused_does_not_pin_the_object(tmp_path: Path) -> None:
+    """One object, two partitions: the commit to "strict" is refused (acks=all with too few
+    in-sync replicas: nothing appended), so its uploader reports only "short" as a possible
+    referrer; when retention drops "short"'s batch the object goes, although "strict" keeps
+    older references, and no index is read."""
+
+    async def test(harness: InProcessBroker) -> None:
+        client, manager = harness.client(), harness.broker.wal_files
+        assert await client.create_topic("short", 1, SHORT) == 0
+        assert await client.create_topic("strict", 1, {"diskless.enable": "true", "min.insync.replicas": "2"}) == 0
+        harness.clock.advance(5)
+        assert (await client.produce("strict", 0, build_batch([(None, b"acks=1 works")]), acks=1))[0] == 0
+        harness.clock.advance(5)
+        refused, _ = await asyncio.gather(
+            client.produce("strict", 0, build_batch([(None, b"refused")]), acks=-1),
+            produce(harness, "short", b"kept for a while"),
+        )
+        assert refused[0] == 19, refused  # NOT_ENOUGH_REPLICAS
+        await produce(harness, "short", b"next")
+        shared = wal_keys(harness)[1]
+        index, _ = read_object(await harness.objects.get(shared))
+        assert len(index.partition_keys()) == 2, "the two produces did not share one object"
+        harness.clock.advance(DEADLINE_MS + 20_000)
+        partition(harness, "short").log.enforce_retention()
+        await manager.run_cycle()
+        harness.clock.advance(GRACE_MS)
+        report = await manager.run_cycle()
+        assert shared not in wal_keys(harness), report
+        reads = harness.broker.metrics.walfiles_index_reads
+        assert sum(reads.labels(o)._value.get() for o in ("ok", "gone", "failed")) == 0  # type: ignore[attr-defined]
 
     run(test, tmp_path)
 
