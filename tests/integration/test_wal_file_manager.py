@@ -4,8 +4,8 @@
   continuous idempotent produce while a consumer tails it from the earliest offset; the
   manager's broker is killed with SIGKILL mid-run (another broker takes the manager over; GC
   pauses while the dead broker's replicas are unregistered, and says so); a topic is deleted;
-  an orphan (uploaded, never committed, as by a broker that died before its commit) is put in
-  the bucket. Then the bucket converges to what the logs reference: the consumer saw no gap
+  an orphan (uploaded, never committed, as by a broker that died before its commit) naming a
+  partition with older references is put in the bucket. Then the bucket converges to what the logs reference: the consumer saw no gap
   and no duplicate, every record of a topic without retention reads back, and only a handful
   of objects remain.
 - One broker whose deletes are throttled (tests/s3proxy.py answering DeleteObjects with
@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ import pytest
 from broker.devcluster import DevCluster
 from tests.etcd_server import require_etcd_binary
 from tests.s3proxy import configure_s3proxy, running_s3proxy, s3proxy_stats
-from walfiles.format import WalObjectBuilder
+from walfiles.format import WalObjectBuilder, read_object
 from walfiles.keys import format_wal_key
 
 from .clients import BackgroundProducer, build_batch, kp_admin, produce_kafka_python, read_all, make_records
@@ -154,9 +153,12 @@ def test_three_brokers_converge_to_what_the_logs_reference(tmp_path: Path) -> No
             return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
         status = walfiles("status", bootstrap)
-        cluster_id = wal_keys()[0].split("/")[-2]
-        # a commit that never happened: its partition's topic was deleted meanwhile
-        orphan, data = orphan_object(uuid.uuid4(), cluster_id, prefix)
+        first = wal_keys()[0]  # holds a batch of "keep" (produced first)
+        cluster_id = first.split("/")[-2]
+        index, _ = read_object(s3.get_object(Bucket=bucket, Key=first)["Body"].read())
+        [(keep_id, _partition)] = index.partition_keys()
+        # a commit that never happened, naming a partition that references older objects
+        orphan, data = orphan_object(keep_id, cluster_id, prefix)
         s3.put_object(Bucket=bucket, Key=orphan, Body=data)
 
         producer = BackgroundProducer(bootstrap, "short", 3, enable_idempotence=True, acks="all").start()
