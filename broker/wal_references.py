@@ -75,9 +75,11 @@ class WalReferences:
                 oldest = chunk.oldest
         return oldest
 
-    def referenced_among(self, asked: Mapping[str, int]) -> set[str]:
-        """Of `asked` (object id -> its creation time), the objects the log references."""
-        found: set[str] = set()
+    def referenced_among(self, asked: Mapping[str, int]) -> dict[str, int]:
+        """Of `asked` (object id -> its creation time), the objects the log references, each
+        with the last offset of the oldest entry referencing it (below the high watermark:
+        the reference is committed, for good)."""
+        found: dict[str, int] = {}
         if not asked:
             return found
         times = sorted(set(asked.values()))
@@ -92,7 +94,7 @@ class WalReferences:
                 if entry.kind is EntryKind.COORDINATES:
                     object_id = decode_ref(entry.payload).object_id
                     if object_id in asked:
-                        found.add(object_id)
+                        found.setdefault(object_id, entry.last_offset)
         return found
 
     def _chunks(self) -> list[_Chunk]:

@@ -102,6 +102,8 @@ class Controller:
         node_id = self._config.node_id
         if self.active and self._view.controller_id not in (node_id, -1):
             self._resign(f"broker {self._view.controller_id} holds the controller key")
+        if not self.active and self._view.controller_id == node_id:
+            await self._reclaim()
         if not self.active and self._view.controller_id == -1:
             await self._campaign()
         if self.active:
@@ -123,6 +125,20 @@ class Controller:
         self.active = True
         await self._view.apply_put(KeyValue(records.CONTROLLER_KEY, records.encode(record), revision, lease.id))
         log.info("broker %d is the controller", self._config.node_id)
+
+    async def _reclaim(self) -> None:
+        """The key names this node but this process is not active: a campaign whose answer
+        was lost (the write applied, the reply did not arrive). Nobody else campaigns while
+        the key exists, and it lives as long as our lease: take it up if it is this
+        incarnation's, under our current lease, or the cluster has no controller for good."""
+        lease = self._membership.lease
+        current = await self._store.get(records.CONTROLLER_KEY)
+        if lease is None or current is None or current.lease != lease.id:
+            return
+        holder = records.decode(current.value, records.ControllerRecord)
+        if holder.node_id == self._config.node_id and holder.incarnation == self._membership.record.incarnation:
+            self.active = True
+            log.info("broker %d is the controller (its campaign's answer was lost)", self._config.node_id)
 
     async def reconcile(self) -> None:
         live = {b.node_id for b in self._view.brokers.values() if not b.stateless}

@@ -210,6 +210,8 @@ class LocalCommitter:
             for wait in waits:
                 if not wait.done():
                     wait.cancel()
+                elif not wait.cancelled():
+                    wait.exception()  # retrieved: when this call is cancelled nobody reads it below
         results = []
         for wait in waits:
             if wait.cancelled():

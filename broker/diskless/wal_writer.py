@@ -44,7 +44,16 @@ from walfiles.keys import WalKey, WalKeyAllocator
 from ..clock import Clock, SystemClock
 from ..objectstore import ObjectWriter
 from ..protocol.errors import ApiError, ErrorCode
-from .commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest, CommitResult, Committer, failed
+from .commit import (
+    COMMIT_VERSION,
+    CommitBatch,
+    CommitPartition,
+    CommitRequest,
+    CommitResult,
+    Committer,
+    PendingCommit,
+    failed,
+)
 
 if TYPE_CHECKING:
     from ..metrics import BrokerMetrics
@@ -92,6 +101,11 @@ class _OpenObject:
     dispatched: asyncio.Future[None] | None = None  # done once its commit is sent (or it failed)
 
 
+# (object id, partitions that reference it for good, partitions that may): the WAL file
+# manager's cheap source of truth about uploaded objects (walgc/reporter.py RecentUploads)
+OnCommitted = Callable[[str, list[tuple[uuid.UUID, int]], list[tuple[uuid.UUID, int]]], None]
+
+
 @dataclass(slots=True)
 class _Waiting:
     appends: list[PartitionAppend]
@@ -115,13 +129,11 @@ class WalWriter:
         quiet_ms: int = 0,
         quiet_min_bytes: int = 0,
         clock: Clock | None = None,
-        on_committed: Callable[[str, list[tuple[uuid.UUID, int]]], None] | None = None,
+        on_committed: OnCommitted | None = None,
     ) -> None:
         self._store = store
-        # told, once its commits are resolved, each uploaded object's id and the partitions
-        # that may reference it (committed, or the outcome is unknown): the WAL file manager's
-        # cheap source of truth about objects (walgc/reporter.py)
         self._on_committed = on_committed
+        self._reports: set[asyncio.Task[None]] = set()
         self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
         self._keys = keys
         self._committer = committer
@@ -167,6 +179,8 @@ class WalWriter:
         while self._open is not None or self._ships:
             self._seal("shutdown")
             await asyncio.gather(*list(self._ships), return_exceptions=True)
+        for report in list(self._reports):  # the manager reads those objects' indexes instead
+            report.cancel()
 
     # -- stages ----------------------------------------------------------------------------
     def _admit(
@@ -300,16 +314,29 @@ class WalWriter:
         slots, obj.slots = obj.slots, []  # answered by the callbacks: nothing left for _fail
         applied = await asyncio.gather(*(outcome.applied for outcome in pending))
         if self._on_committed is not None:
-            self._on_committed(
-                key.object_id,
-                [
-                    (slot.part.topic_id, slot.part.partition)
-                    for slot, outcome, result in zip(slots, pending, applied)
-                    if result.error_code == 0 or not outcome.outcome_known
-                ],
-            )
+            report = asyncio.get_running_loop().create_task(self._report(key.object_id, slots, pending, applied))
+            self._reports.add(report)
+            report.add_done_callback(self._reports.discard)
         metrics.wal_commit_seconds.observe(self._clock.monotonic() - started)
         metrics.wal_objects.labels("committed").inc()
+
+    async def _report(
+        self, object_id: str, slots: list[_Slot], pending: list[PendingCommit], applied: list[CommitResult]
+    ) -> None:
+        """Tell `on_committed` which partitions reference the object for good (committed:
+        acks=all and replicated) and which may (appended but not known to be replicated, or
+        the leader's answer was lost); those whose commit was refused reference nothing."""
+        committed: list[tuple[uuid.UUID, int]] = []
+        maybe: list[tuple[uuid.UUID, int]] = []
+        for slot, outcome, result in zip(slots, pending, applied):
+            where = (slot.part.topic_id, slot.part.partition)
+            if result.error_code == 0 and slot.part.acks == -1:
+                acknowledged = await outcome.acknowledged
+                (committed if acknowledged.error_code == 0 else maybe).append(where)
+            elif result.error_code == 0 or not outcome.outcome_known:
+                maybe.append(where)
+        assert self._on_committed is not None
+        self._on_committed(object_id, committed, maybe)
 
     async def _upload(self, key: WalKey, data: bytes) -> WalKey:
         """PUT the object under a key no other object holds and return that key. The PUT is

@@ -69,7 +69,7 @@ class ClusterReferences:
                 raise GcPaused(f"broker {node} did not answer ({answer!r}): its logs may reference any object")
         return cast("list[WalReferencesResponse]", answers)
 
-    async def query(self, asked: dict[PartitionKey, list[str]]) -> dict[PartitionKey, set[str]]:
+    async def query(self, asked: dict[PartitionKey, list[str]]) -> dict[PartitionKey, tuple[set[str], set[str]]]:
         """Every broker named as a replica of an asked partition must answer (a replica not
         opened yet answers nothing for it: it references nothing yet)."""
         nodes: set[int] = set()
@@ -78,11 +78,13 @@ class ClusterReferences:
             if state is not None:
                 nodes.update(state.record.replicas)
         request = WalQueryRequest(WALGC_VERSION, [ObjectsQuery(t, p, ids) for (t, p), ids in sorted(asked.items())])
-        found: dict[PartitionKey, set[str]] = {}
+        found: dict[PartitionKey, tuple[set[str], set[str]]] = {}
         for answer in await asyncio.gather(*(self._ask(node, request) for node in sorted(nodes))):
             assert isinstance(answer, WalQueryResponse)
-            for referenced in answer.referenced:
-                found.setdefault((referenced.topic_id, referenced.partition), set()).update(referenced.object_ids)
+            for replica in answer.found:
+                committed, uncommitted = found.setdefault((replica.topic_id, replica.partition), (set(), set()))
+                committed.update(replica.committed)
+                uncommitted.update(replica.uncommitted)
         return found
 
     async def _ask(

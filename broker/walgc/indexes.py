@@ -12,45 +12,49 @@ from collections.abc import Iterable
 from walfiles.format import decode_index, index_from_tail, tail_range
 
 from ..objectstore import ObjectReader
-from .policy import PartitionKey
+from .policy import Known, PartitionKey
 
 PartitionSet = frozenset[PartitionKey]
 
 
 class PartitionSets:
-    """object id -> (partitions that may reference it, exact), at most `max_objects` (least
-    recently used go first). Exact: from the uploader (partitions whose commit succeeded or
-    whose outcome is unknown) or from asking the replicas; not exact: from the index (every
-    partition with a batch in it). Equal sets are shared: objects written close together
-    mostly hold the same partitions."""
+    """object id -> `Known` (which partitions reference it), at most `max_objects` (least
+    recently used go first). Equal sets are shared: objects written close together mostly
+    hold the same partitions."""
 
     def __init__(self, max_objects: int) -> None:
         self._max_objects = max_objects
-        self._sets: collections.OrderedDict[str, tuple[PartitionSet, bool]] = collections.OrderedDict()
+        self._known: collections.OrderedDict[str, Known] = collections.OrderedDict()
         self._interned: dict[PartitionSet, PartitionSet] = {}
 
-    def get(self, object_id: str) -> tuple[PartitionSet, bool] | None:
-        found = self._sets.get(object_id)
+    def get(self, object_id: str) -> Known | None:
+        found = self._known.get(object_id)
         if found is not None:
-            self._sets.move_to_end(object_id)
+            self._known.move_to_end(object_id)
         return found
 
-    def put(self, object_id: str, partitions: Iterable[PartitionKey], exact: bool) -> tuple[PartitionSet, bool]:
+    def put(self, object_id: str, committed: Iterable[PartitionKey], maybe: Iterable[PartitionKey]) -> Known:
+        known = Known(self._intern(committed), self._intern(maybe))
+        self._known[object_id] = known
+        self._known.move_to_end(object_id)
+        while len(self._known) > self._max_objects:
+            self._known.popitem(last=False)
+        if len(self._interned) > 4 * self._max_objects:
+            self._interned = {}
+            for kept in self._known.values():
+                self._intern(kept.committed)
+                self._intern(kept.maybe)
+        return known
+
+    def _intern(self, partitions: Iterable[PartitionKey]) -> PartitionSet:
         as_set = frozenset(partitions)
-        entry = (self._interned.setdefault(as_set, as_set), exact)
-        self._sets[object_id] = entry
-        self._sets.move_to_end(object_id)
-        while len(self._sets) > self._max_objects:
-            self._sets.popitem(last=False)
-        if len(self._interned) > 2 * self._max_objects:
-            self._interned = {s: s for s, _exact in self._sets.values()}
-        return entry
+        return self._interned.setdefault(as_set, as_set)
 
     def forget(self, object_id: str) -> None:
-        self._sets.pop(object_id, None)
+        self._known.pop(object_id, None)
 
     def __len__(self) -> int:
-        return len(self._sets)
+        return len(self._known)
 
 
 async def read_partitions(store: ObjectReader, key: str, size: int) -> list[PartitionKey]:

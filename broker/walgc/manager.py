@@ -59,9 +59,9 @@ class ReferenceSource(Protocol):
     async def gather(self) -> list[WalReferencesResponse]:
         """One answer from every data broker, or GcPaused."""
 
-    async def query(self, asked: dict[PartitionKey, list[str]]) -> dict[PartitionKey, set[str]]:
-        """Of the asked objects per partition, those some replica of it references; raises
-        when a data broker does not answer."""
+    async def query(self, asked: dict[PartitionKey, list[str]]) -> dict[PartitionKey, tuple[set[str], set[str]]]:
+        """Of the asked objects per partition, those some replica of it references, as
+        (committed, not yet committed); raises when a data broker does not answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +241,7 @@ class WalFileManager:
         sample = combine(answers)
         for answer in answers:
             for uploaded in answer.uploaded:
-                self._sets.put(uploaded.object_id, uploaded.partitions, exact=True)
+                self._sets.put(uploaded.object_id, uploaded.committed, uploaded.maybe)
         timing = Timing(self._clock.now_ms(), self._settings.commit_deadline_ms, self._settings.grace_ms)
         judged = await self._judge_listing(sample, timing)
         assert judged.unreferenced is not None and judged.kept is not None
@@ -321,9 +321,7 @@ class WalFileManager:
             judged.bytes += info.size
             if judged.oldest_created_ms is None:
                 judged.oldest_created_ms = created_ms
-            known = self._sets.get(object_id)
-            partitions, exact = known if known is not None else (None, False)
-            verdict = judge(created_ms, partitions, exact, sample, timing)
+            verdict = judge(created_ms, self._sets.get(object_id), sample, timing)
             listed = _Listed(info.key, object_id, created_ms, info.size)
             if verdict.deletable:
                 judged.unreferenced[info.key] = (info.size, verdict.reason)
@@ -363,8 +361,7 @@ class WalFileManager:
                     judged.kept["index unreadable"] += 1  # type: ignore[index]
                     return
             self._metrics.walfiles_index_reads.labels("ok").inc()
-            known, exact = self._sets.put(item.object_id, partitions, exact=False)
-            verdict = judge(item.created_ms, known, exact, sample, timing)
+            verdict = judge(item.created_ms, self._sets.put(item.object_id, (), partitions), sample, timing)
             if verdict.deletable:
                 judged.unreferenced[item.key] = (item.size, verdict.reason)  # type: ignore[index]
             elif verdict.ask:
@@ -376,10 +373,10 @@ class WalFileManager:
         return to_ask
 
     async def _ask_replicas(self, to_ask: list[tuple[_Listed, tuple[PartitionKey, ...]]], judged: _Judged) -> None:
-        """Objects known from their index only, created after some of their partitions'
-        oldest references: ask those partitions' replicas whether they reference them. A
-        positive answer is remembered (the object stays until the watermark passes it); a
-        negative one is asked again in the cycle that deletes the object."""
+        """Objects that partitions with older references may reference: ask those partitions'
+        replicas. A committed reference is remembered (the object stays until the partition's
+        log start passes it); the others are asked again next cycle, also in the cycle that
+        deletes the object."""
         assert judged.unreferenced is not None and judged.kept is not None
         asked: dict[PartitionKey, list[str]] = {}
         for item, partitions in to_ask:
@@ -392,15 +389,19 @@ class WalFileManager:
             judged.kept["reference question unanswered"] += len(to_ask)
             return
         for item, partitions in to_ask:
-            referencing = [p for p in partitions if item.object_id in answers.get(p, ())]
-            if referencing:
-                self._sets.put(item.object_id, referencing, exact=True)
+            committed = [p for p in partitions if item.object_id in answers.get(p, (set(), set()))[0]]
+            uncommitted = [p for p in partitions if item.object_id in answers.get(p, (set(), set()))[1]]
+            if committed:
+                known = self._sets.get(item.object_id)
+                if known is not None:
+                    self._sets.put(item.object_id, known.committed | set(committed), known.maybe - set(committed))
+            if committed or uncommitted:
                 judged.kept["referenced"] += 1
             else:
                 judged.unreferenced[item.key] = (
                     item.size,
-                    f"none of the {len(partitions)} partition(s) in its index with older references has it "
-                    "(asked their replicas)",
+                    f"none of the {len(partitions)} partition(s) that may reference it and hold older "
+                    "references has it (asked their replicas)",
                 )
 
     async def _delete(self, ready: list[str], sizes: dict[str, tuple[int, str]]) -> tuple[int, int, int]:

@@ -4,12 +4,14 @@
 `WalReferencesRequest` -> `WalReferencesResponse`: every diskless replica the broker hosts
 (leader or follower) with the creation time of the oldest WAL object its log references,
 plus, for each WAL object the broker uploaded since it was last asked, the partitions that
-may reference it: those whose commit succeeded or whose outcome is unknown (so the manager
-rarely reads an object's index, and a partition whose commit was refused never pins it).
+reference it for good (committed: acks=all and replicated) and those that may (appended but
+not known to be replicated, or the leader's answer was lost). The manager then rarely reads
+an object's index, and a partition whose commit was refused never pins it.
 
-`WalQueryRequest` -> `WalQueryResponse`: for objects known only from their index (their
-uploader died, or its report was lost) and created after a partition's oldest reference:
-which of them each hosted replica references.
+`WalQueryRequest` -> `WalQueryResponse`: for objects that partitions may reference (from
+the uploader's report, or only from the index when the uploader died or its report was lost)
+and created after such a partition's oldest reference: which of them each hosted replica
+references, committed (below its high watermark: for good) or not yet.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class ReplicaReference(msgspec.Struct, array_like=True, frozen=True):
 
 class UploadedObject(msgspec.Struct, array_like=True, frozen=True):
     object_id: str
-    partitions: list[tuple[str, int]]  # (topic id, partition) that may reference it
+    committed: list[tuple[str, int]]  # (topic id, partition) that reference it for good
+    maybe: list[tuple[str, int]]  # that may reference it
 
 
 class WalReferencesResponse(msgspec.Struct, tag="wal_references_response", array_like=True, frozen=True):
@@ -59,10 +62,17 @@ class WalQueryRequest(msgspec.Struct, tag="wal_query", array_like=True, frozen=T
     partitions: list[ObjectsQuery]
 
 
+class ObjectsFound(msgspec.Struct, array_like=True, frozen=True):
+    topic_id: str
+    partition: int
+    committed: list[str]  # referenced below the replica's high watermark: for good
+    uncommitted: list[str]  # referenced above it (may still be truncated away)
+
+
 class WalQueryResponse(msgspec.Struct, tag="wal_query_response", array_like=True, frozen=True):
     version: int
     node_id: int
-    referenced: list[ObjectsQuery]  # per hosted partition asked about: the objects its log references
+    found: list[ObjectsFound]  # per hosted partition asked about
 
 
 # -- the operator's view (shoal walfiles status|gc): JSON over the admin API -----------------

@@ -13,10 +13,15 @@ manager", gives the argument and the races):
    the oldest creation time any replica of p references, or else every replica of p says
    it does not reference X when asked. A replica gains references only by a commit (of an
    object younger than the cutoff) or by copying its leader's log (whose answer covers
-   them), so once this holds in a complete sample it holds forever. The partitions that may
-   reference X are those its uploader reported (committed, or the outcome unknown: exact),
-   else those in its index (some may never have committed it: asked when they pin it).
+   them), so once this holds in a complete sample it holds forever.
    Shortcut: c(X) below every partition's oldest reference needs no partitions at all.
+   Which partitions reference X (`Known`): its uploader reports those whose commit is
+   replicated (committed: they reference X until their log start passes it) and those that
+   may (appended but not known replicated: a new leader may have truncated it away; or the
+   leader's answer was lost); a partition whose commit was refused references nothing.
+   Without a report (the uploader died, or its report went to an earlier manager), the
+   partitions in X's index may. A "may" partition that pins X is asked; a committed
+   answer makes it a committed partition of X.
 
 The manager then waits `grace` more before deleting (`PendingDeletes`), so reads that
 resolved X's coordinates before the last reference went away finish first, and checks the
@@ -68,6 +73,14 @@ def combine(answers: Iterable[WalReferencesResponse]) -> Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class Known:
+    """The partitions that reference an object for good, and those that may."""
+
+    committed: frozenset[PartitionKey]
+    maybe: frozenset[PartitionKey]
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     deletable: bool
     reason: str
@@ -92,26 +105,29 @@ class Timing:
         return min(sample.commit_floor_ms, self.now_ms - self.commit_deadline_ms) - self.grace_ms
 
 
-def judge(
-    created_ms: int, partitions: frozenset[PartitionKey] | None, exact: bool, sample: Sample, timing: Timing
-) -> Verdict:
-    """Whether an object created at `created_ms` is unreferenced in `sample`. `partitions`:
-    those that may reference it (None: not known yet); `exact` False when they come from its
-    index (some may never have committed it)."""
+def judge(created_ms: int, known: Known | None, sample: Sample, timing: Timing) -> Verdict:
+    """Whether an object created at `created_ms` is unreferenced in `sample`; `known`: which
+    partitions reference it (None: not known yet)."""
     if created_ms >= timing.cutoff_ms(sample):
         return YOUNG
     oldest_anywhere = sample.oldest_anywhere
     if oldest_anywhere is None or created_ms < oldest_anywhere:
         return Verdict(True, "older than every replica's oldest reference")
-    if partitions is None:
+    if known is None:
         return NEEDS_INDEX
-    pinning = sorted(p for p in partitions if sample.oldest.get(p, created_ms + 1) <= created_ms)
-    if not pinning:
-        return Verdict(True, f"none of its {len(partitions)} partition(s) references it any more")
-    if not exact:
-        return Verdict(False, "its index names partitions with older references: ask them", ask=tuple(pinning))
-    topic_id, index = pinning[0]
-    more = f" and {len(pinning) - 1} more" if len(pinning) > 1 else ""
+
+    def pinning(partitions: frozenset[PartitionKey]) -> list[PartitionKey]:
+        return sorted(p for p in partitions if sample.oldest.get(p, created_ms + 1) <= created_ms)
+
+    committed = pinning(known.committed)
+    if not committed:
+        maybe = pinning(known.maybe)
+        if maybe:
+            return Verdict(False, "partitions with older references may have it: ask them", ask=tuple(maybe))
+        partitions = len(known.committed | known.maybe)
+        return Verdict(True, f"none of its {partitions} partition(s) references it any more")
+    topic_id, index = committed[0]
+    more = f" and {len(committed) - 1} more" if len(committed) > 1 else ""
     return Verdict(False, f"referenced by partition {index} of topic {topic_id}{more}")
 
 

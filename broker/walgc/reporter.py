@@ -16,7 +16,7 @@ from ..wal_references import created_ms_of
 from .messages import (
     NO_REFERENCE,
     WALGC_VERSION,
-    ObjectsQuery,
+    ObjectsFound,
     ReplicaReference,
     UploadedObject,
     WalQueryRequest,
@@ -37,14 +37,20 @@ MAX_REMEMBERED_UPLOADS = 10_000
 
 
 class RecentUploads:
-    """The WAL objects this broker uploaded lately, each with the partitions that may
-    reference it (committed, or with an unknown outcome); bounded, oldest dropped first."""
+    """The WAL objects this broker uploaded lately, each with the partitions that reference
+    it for good and those that may (wal_writer.py OnCommitted); bounded, oldest dropped first."""
 
     def __init__(self, max_objects: int = MAX_REMEMBERED_UPLOADS) -> None:
         self._objects: collections.deque[UploadedObject] = collections.deque(maxlen=max_objects)
 
-    def record(self, object_id: str, partitions: "list[tuple[uuid.UUID, int]]") -> None:
-        self._objects.append(UploadedObject(object_id, sorted({(str(t), p) for t, p in partitions})))
+    def record(
+        self, object_id: str, committed: "list[tuple[uuid.UUID, int]]", maybe: "list[tuple[uuid.UUID, int]]"
+    ) -> None:
+        self._objects.append(
+            UploadedObject(
+                object_id, sorted({(str(t), p) for t, p in committed}), sorted({(str(t), p) for t, p in maybe})
+            )
+        )
 
     def drain(self) -> list[UploadedObject]:
         drained = list(self._objects)
@@ -105,6 +111,14 @@ class ReferenceReporter:
             if partition is None:
                 continue
             asked = {object_id: created_ms_of(object_id) for object_id in query.object_ids}
-            found = partition.wal_references.referenced_among(asked)
-            referenced.append(ObjectsQuery(query.topic_id, query.partition, sorted(found)))
+            found = partition.wal_references.referenced_among(asked)  # object id -> its oldest entry's last offset
+            committed_below = partition.log.high_watermark
+            referenced.append(
+                ObjectsFound(
+                    query.topic_id,
+                    query.partition,
+                    sorted(o for o, last in found.items() if last < committed_below),
+                    sorted(o for o, last in found.items() if last >= committed_below),
+                )
+            )
         return WalQueryResponse(WALGC_VERSION, self._node_id, referenced)

@@ -66,7 +66,7 @@ def test_a_truncated_tail_stops_counting_and_new_entries_at_its_offsets_count(pa
     commit(partition, object_id(T0 + 55, 9))
     assert refs.oldest_created_ms() == T0 + 50
     assert refs.referenced_among({object_id(T0 + 5, 2): T0 + 5, object_id(T0 + 55, 9): T0 + 55}) == {
-        object_id(T0 + 55, 9)
+        object_id(T0 + 55, 9): 2
     }
     partition.restart_at(10)
     assert refs.oldest_created_ms() is None
@@ -81,5 +81,5 @@ def test_referenced_among_finds_exactly_the_referenced_objects(partition: Partit
     never = {object_id(T0 + 10 * i + 5, 100 + i): T0 + 10 * i + 5 for i in range(40)}
     never[object_id(T0 + 10 * 7, 999)] = T0 + 70  # same millisecond as a committed object
     asked = {**never, committed[3]: T0 + 30, committed[37]: T0 + 370}
-    assert refs.referenced_among(asked) == {committed[3], committed[37]}
-    assert refs.referenced_among({}) == set()
+    assert refs.referenced_among(asked) == {committed[3]: 3, committed[37]: 37}
+    assert refs.referenced_among({}) == {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.walgc.messages import NO_REFERENCE, ReplicaReference, WalReferencesResponse
-from broker.walgc.policy import PendingDeletes, Sample, Timing, combine, judge
+from broker.walgc.policy import Known, PendingDeletes, Sample, Timing, combine, judge
 
 NOW = 1_000_000
 DEADLINE = 60_000
@@ -38,29 +38,34 @@ TIMING = Timing(NOW, DEADLINE, GRACE)
 CUTOFF = NOW - DEADLINE - GRACE
 
 
+def known(committed: set | None = None, maybe: set | None = None) -> Known:  # type: ignore[type-arg]
+    return Known(frozenset(committed or ()), frozenset(maybe or ()))
+
+
 @pytest.mark.parametrize(
-    ("created", "partitions", "exact", "deletable", "needs_index", "ask"),
+    ("created", "partitions", "deletable", "needs_index", "ask"),
     [
-        (CUTOFF, None, False, False, False, ()),  # young: a commit may still succeed
-        (CUTOFF - 1, frozenset({P}), True, False, False, ()),  # P references objects this old
-        (699_999, None, False, True, False, ()),  # older than every reference: no index needed
-        (750_000, None, False, False, True, ()),  # between: its partitions are needed
-        (750_000, frozenset({Q}), True, True, False, ()),  # Q's references are all younger
-        (750_000, frozenset({P, Q}), True, False, False, ()),  # P may reference it
-        (750_000, frozenset({P, Q}), False, False, False, (P,)),  # from the index: ask P
-        (750_000, frozenset({("deleted-topic", 0)}), False, True, False, ()),  # nobody has it
-        (750_000, frozenset(), True, True, False, ()),  # every commit refused
+        (CUTOFF, None, False, False, ()),  # young: a commit may still succeed
+        (CUTOFF - 1, known({P}), False, False, ()),  # P references objects this old, for good
+        (699_999, None, True, False, ()),  # older than every reference: no index needed
+        (750_000, None, False, True, ()),  # between: its partitions are needed
+        (750_000, known({Q}), True, False, ()),  # Q's references are all younger
+        (750_000, known({P, Q}), False, False, ()),  # P has it for good
+        (750_000, known(maybe={P, Q}), False, False, (P,)),  # P may have it: ask P only
+        (750_000, known({Q}, {P}), False, False, (P,)),
+        (750_000, known(maybe={("deleted-topic", 0)}), True, False, ()),  # nobody has it
+        (750_000, known(), True, False, ()),  # every commit refused
     ],
 )
-def test_judge(created, partitions, exact, deletable, needs_index, ask) -> None:  # type: ignore[no-untyped-def]
-    verdict = judge(created, partitions, exact, SAMPLE, TIMING)
+def test_judge(created, partitions, deletable, needs_index, ask) -> None:  # type: ignore[no-untyped-def]
+    verdict = judge(created, partitions, SAMPLE, TIMING)
     assert (verdict.deletable, verdict.needs_index, verdict.ask) == (deletable, needs_index, ask), verdict.reason
 
 
 def test_a_broker_clock_behind_the_managers_moves_the_cutoff_back() -> None:
     late = Sample({}, NOW - 5_000 - DEADLINE, 0)
-    assert not judge(NOW - DEADLINE - GRACE - 1_000, frozenset(), True, late, TIMING).deletable
-    assert judge(NOW - DEADLINE - GRACE - 5_001, frozenset(), True, late, TIMING).deletable
+    assert not judge(NOW - DEADLINE - GRACE - 1_000, known(), late, TIMING).deletable
+    assert judge(NOW - DEADLINE - GRACE - 5_001, known(), late, TIMING).deletable
 
 
 def test_pending_deletes_wait_out_the_grace_and_forget_what_is_no_longer_found() -> None:

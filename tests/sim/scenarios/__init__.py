@@ -4,3 +4,4 @@
 from . import diskless_write  # noqa: F401
 from . import cluster  # noqa: F401
 from . import isr  # noqa: F401
+from . import wal_gc  # noqa: F401
