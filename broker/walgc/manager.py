@@ -137,6 +137,7 @@ class WalFileManager:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._backoff_ms = 0
+        self._lookup_cursor: str | None = None  # where the next cycle's lookups start
         self._next_cycle_mono_ms = -1
         self._paused_reason: str | None = None
         self._last_success_ms = -1
@@ -307,9 +308,13 @@ class WalFileManager:
         prefix = self._wal_prefix()
         judged = _Judged(unreferenced={}, kept=collections.Counter())
         assert judged.unreferenced is not None and judged.kept is not None
-        to_read: list[_Listed] = []
-        to_ask: list[tuple[_Listed, tuple[PartitionKey, ...]]] = []
+        # Objects to look up (index read or replicas asked), at most `budget` per cycle. When
+        # there are more, the next cycle starts after the last one looked up, so the objects
+        # at the front of the listing cannot starve the rest.
         budget = self._settings.max_index_reads_per_cycle
+        after: list[tuple[_Listed, tuple[PartitionKey, ...]]] = []  # keys past the cursor
+        before: list[tuple[_Listed, tuple[PartitionKey, ...]]] = []
+        wanted = 0
         async for info in self._store.list(prefix):
             object_id = info.key[len(prefix) :]
             try:
@@ -322,17 +327,21 @@ class WalFileManager:
             if judged.oldest_created_ms is None:
                 judged.oldest_created_ms = created_ms
             verdict = judge(created_ms, self._sets.get(object_id), sample, timing)
-            listed = _Listed(info.key, object_id, created_ms, info.size)
             if verdict.deletable:
                 judged.unreferenced[info.key] = (info.size, verdict.reason)
-            elif (verdict.needs_index or verdict.ask) and len(to_read) + len(to_ask) >= budget:
-                judged.kept["not looked up yet (wal.file.manager.max.index.reads.per.cycle)"] += 1
-            elif verdict.needs_index:
-                to_read.append(listed)
-            elif verdict.ask:
-                to_ask.append((listed, verdict.ask))
+            elif verdict.needs_index or verdict.ask:
+                wanted += 1
+                queue = after if self._lookup_cursor is None or info.key > self._lookup_cursor else before
+                if len(queue) < budget:
+                    queue.append((_Listed(info.key, object_id, created_ms, info.size), verdict.ask))
             else:
                 judged.kept["young" if verdict.reason.startswith("young") else "referenced"] += 1
+        chosen = (after + before)[:budget]
+        self._lookup_cursor = chosen[-1][0].key if wanted > len(chosen) else None
+        if wanted > len(chosen):
+            judged.kept["not looked up yet (wal.file.manager.max.index.reads.per.cycle)"] += wanted - len(chosen)
+        to_read = [listed for listed, ask in chosen if not ask]
+        to_ask = [(listed, ask) for listed, ask in chosen if ask]
         if to_read:
             to_ask += await self._read_indexes(to_read, sample, timing, judged)
         if to_ask:

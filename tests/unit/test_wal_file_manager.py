@@ -342,3 +342,34 @@ def test_uploads_are_described_by_their_uploader_so_no_index_is_read(tmp_path: P
         assert sum(reads.labels(o)._value.get() for o in ("ok", "gone", "failed")) == 0  # type: ignore[attr-defined]
 
     run(test, tmp_path)
+
+
+def test_lookups_beyond_the_per_cycle_budget_resume_where_the_last_cycle_stopped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        settings = {**SETTINGS, "wal.file.manager.max.index.reads.per.cycle": "2"}
+        async with InProcessBroker(tmp_path, settings) as harness:
+            client, manager = harness.client(), harness.broker.wal_files
+            assert await client.create_topic("quiet", 1, {"diskless.enable": "true"}) == 0
+            assert await client.create_topic("t", 1, {"diskless.enable": "true"}) == 0
+            await produce(harness, "t", b"older than the orphans: no shortcut for them")
+            harness.clock.advance(5)
+            quiet = harness.broker.catalog.get("quiet")
+            assert quiet is not None
+            orphans = []
+            for sequence in range(5):
+                builder = WalObjectBuilder()
+                builder.append(quiet.topic_id, 0, build_batch([(None, b"orphan")]))
+                key = format_wal_key("", harness.broker.cluster_id, harness.clock.now_ms(), 7, sequence)
+                await harness.objects.put(key, builder.build())
+                orphans.append(key)
+            harness.clock.advance(DEADLINE_MS + GRACE_MS + 1)
+            found: list[str] = []
+            for cycle in range(3):
+                report = await manager.run_cycle(dry_run=True)
+                found = [p.key for p in report.planned]
+                assert len(found) == min(5, 2 * (cycle + 1)), (cycle, found)
+            assert found == orphans
+            reads = harness.broker.metrics.walfiles_index_reads.labels("ok")
+            assert reads._value.get() == 5  # type: ignore[attr-defined]
+
+    asyncio.run(scenario())
