@@ -64,7 +64,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     wal_commit_deadline_ms: Positive = 60000
     # WAL file manager (walgc/; docs/configuration.md gives the reasoning behind each default)
     wal_file_manager_enable: bool = True
-    wal_file_manager_interval_ms: Positive = 30000
+    wal_file_manager_interval_ms: Positive = 10000
     wal_file_manager_grace_ms: NonNegative = 30000
     wal_file_manager_max_deletes_per_cycle: Positive = 20000
     wal_file_manager_max_pending_deletes: Positive = 200000
