@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.untuned --only kafka-python --records 50000
 	$(BIN)/python -m tests.bench.cluster
 	$(BIN)/python -m tests.bench.az
+	$(BIN)/python -m tests.bench.walgc
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

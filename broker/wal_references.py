@@ -52,11 +52,12 @@ class _Chunk:
 
 @dataclass(slots=True)
 class _Scanned:
-    """One segment's entries in [begin, end), in chunks."""
+    """One segment's entries in [begin, end), in chunks; `oldest` over all of them."""
 
     begin: int
     end: int
     chunks: list[_Chunk] = field(default_factory=list)
+    oldest: int | None = None
 
 
 class WalReferences:
@@ -70,9 +71,9 @@ class WalReferences:
         """The creation time of the oldest WAL object the log references from its log start
         offset on; None when it references none."""
         oldest: int | None = None
-        for chunk in self._chunks():
-            if chunk.oldest is not None and (oldest is None or chunk.oldest < oldest):
-                oldest = chunk.oldest
+        for scanned in self._scanned():
+            if scanned.oldest is not None and (oldest is None or scanned.oldest < oldest):
+                oldest = scanned.oldest
         return oldest
 
     def referenced_among(self, asked: Mapping[str, int]) -> dict[str, int]:
@@ -83,7 +84,7 @@ class WalReferences:
         if not asked:
             return found
         times = sorted(set(asked.values()))
-        for chunk in self._chunks():
+        for chunk in (chunk for scanned in self._scanned() for chunk in scanned.chunks):
             if chunk.oldest is None or chunk.newest is None:
                 continue
             if not _any_within(times, chunk.oldest, chunk.newest):
@@ -97,14 +98,14 @@ class WalReferences:
                         found.setdefault(object_id, entry.last_offset)
         return found
 
-    def _chunks(self) -> list[_Chunk]:
-        """Every chunk from the log start offset to the log end, scanning what is new."""
+    def _scanned(self) -> list[_Scanned]:
+        """Every segment from the log start offset to the log end, scanning what is new."""
         log = self._log
         bases = log.segment_base_offsets
         start, end = log.log_start_offset, log.log_end_offset
         for gone in self._segments.keys() - set(bases):
             del self._segments[gone]
-        chunks: list[_Chunk] = []
+        segments: list[_Scanned] = []
         for i, base in enumerate(bases):
             segment_end = bases[i + 1] if i + 1 < len(bases) else end
             begin = max(base, start)
@@ -116,8 +117,8 @@ class WalReferences:
                 scanned = self._segments[base] = _Scanned(begin, begin)
             if scanned.end < segment_end:
                 self._scan(scanned, segment_end)
-            chunks.extend(scanned.chunks)
-        return chunks
+            segments.append(scanned)
+        return segments
 
     def _scan(self, scanned: _Scanned, segment_end: int) -> None:
         chunk = scanned.chunks[-1] if scanned.chunks and scanned.chunks[-1].entries < CHUNK_ENTRIES else None
@@ -133,6 +134,8 @@ class WalReferences:
                     chunk.oldest = created
                 if chunk.newest is None or created > chunk.newest:
                     chunk.newest = created
+                if scanned.oldest is None or created < scanned.oldest:
+                    scanned.oldest = created
             chunk.entries += 1
             chunk.end = scanned.end = entry.last_offset + 1
 
