@@ -5,3 +5,4 @@ from . import diskless_write  # noqa: F401
 from . import cluster  # noqa: F401
 from . import isr  # noqa: F401
 from . import wal_gc  # noqa: F401
+from . import wal_gc_replicas  # noqa: F401
