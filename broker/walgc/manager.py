@@ -10,7 +10,8 @@ A cycle, every `wal.file.manager.interval.ms`:
 3. List the WAL prefix in key (= creation) order; judge each object; read the index of those
    the uploaders did not describe (bounded per cycle, cached).
 4. Objects unreferenced for `wal.file.manager.grace.ms` are deleted in batches of at most
-   1000 keys, at most `wal.file.manager.max.deletes.per.cycle`, each batch fenced again.
+   1000 keys, four batches in flight, at most `wal.file.manager.max.deletes.per.cycle`,
+   each group of batches fenced again.
    Only keys the store confirmed count as deleted; a failed batch (throttling, 503 SlowDown
    after the store's own retries) ends the cycle and doubles the wait before the next, up
    to `wal.file.manager.backoff.max.ms`, so a throttled bucket never sees a retry storm.
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SATURATED_PAUSE_S = 1.0  # between cycles while a backlog is being worked off
+DELETE_CONCURRENCY = 4  # DeleteObjects calls in flight (4000 keys)
 INDEX_READ_CONCURRENCY = 16
 HOUR_MS = 3_600_000
 
@@ -414,37 +416,41 @@ class WalFileManager:
                 )
 
     async def _delete(self, ready: list[str], sizes: dict[str, tuple[int, str]]) -> tuple[int, int, int]:
-        """Delete `ready` in batches; (objects, bytes) confirmed and keys that failed."""
+        """Delete `ready` in batches of MAX_DELETE_BATCH keys, DELETE_CONCURRENCY at a time,
+        the fence read before each group; (objects, bytes) confirmed and keys that failed.
+        A group with a failure is the last of the cycle."""
         deleted = deleted_bytes = failed = 0
         prefix_len = len(self._wal_prefix())
-        for start in range(0, len(ready), MAX_DELETE_BATCH):
-            batch = ready[start : start + MAX_DELETE_BATCH]
+        batches = [ready[start : start + MAX_DELETE_BATCH] for start in range(0, len(ready), MAX_DELETE_BATCH)]
+        for first in range(0, len(batches), DELETE_CONCURRENCY):
+            group = batches[first : first + DELETE_CONCURRENCY]
             await self._fence()
-            try:
-                confirmed = await self._store.delete_many(batch)
-            except ObjectStoreError as exc:
-                failed += len(batch)
-                self._metrics.walfiles_delete_failures.inc(len(batch))
-                log.warning(
-                    "WAL file manager: deleting %d objects failed (%s); backing off before the next cycle",
-                    len(batch),
-                    exc,
-                )
-                break
-            self._pending.forget(confirmed)
-            batch_bytes = sum(sizes[key][0] for key in confirmed)
-            for key in confirmed:
-                self._sets.forget(key[prefix_len:])
-            deleted += len(confirmed)
-            deleted_bytes += batch_bytes
-            self._metrics.walfiles_deleted_objects.inc(len(confirmed))
-            self._metrics.walfiles_deleted_bytes.inc(batch_bytes)
-            if len(confirmed) < len(batch):
-                missing = len(batch) - len(confirmed)
-                failed += missing
-                self._metrics.walfiles_delete_failures.inc(missing)
+            outcomes = await asyncio.gather(
+                *(self._store.delete_many(batch) for batch in group), return_exceptions=True
+            )
+            group_failed = 0
+            for batch, outcome in zip(group, outcomes):
+                if isinstance(outcome, ObjectStoreError):
+                    group_failed += len(batch)
+                    log.warning("WAL file manager: deleting %d objects failed (%s)", len(batch), outcome)
+                    continue
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                self._pending.forget(outcome)
+                batch_bytes = sum(sizes[key][0] for key in outcome)
+                for key in outcome:
+                    self._sets.forget(key[prefix_len:])
+                deleted += len(outcome)
+                deleted_bytes += batch_bytes
+                self._metrics.walfiles_deleted_objects.inc(len(outcome))
+                self._metrics.walfiles_deleted_bytes.inc(batch_bytes)
+                group_failed += len(batch) - len(outcome)
+            if group_failed:
+                failed += group_failed
+                self._metrics.walfiles_delete_failures.inc(group_failed)
                 log.info(
-                    "WAL file manager: %d of %d deletes were refused; they are retried next cycle", missing, len(batch)
+                    "WAL file manager: %d deletes failed or were refused; backing off, they are retried later",
+                    group_failed,
                 )
                 break
         return deleted, deleted_bytes, failed

@@ -15,7 +15,9 @@ Phases:
  2. the same load with `wal.file.manager.enable=false` for --compare-seconds: the broker's
     CPU without GC (phase 1 minus this = GC's share);
  3. deletion capacity: --backlog objects (default 100,000, tiny, created a day ago) put in
-    the broker's WAL prefix with boto3, then the time until the manager has deleted them all.
+    the broker's WAL prefix (in its directory for the file store, with boto3 for S3), then
+    the time until the manager has deleted them all, once on the embedded default's file
+    store (the manager's own capacity) and once on moto (moto's DeleteObjects and LIST set it).
 Extra KEY=VALUE settings (--broker-set) apply to phases 1 and 3, e.g. a shorter grace.
 
 Not a test: no assertions, nothing runs it in CI. Record figures in docs/benchmarks.md.
@@ -55,7 +57,7 @@ from .diskless import (
     start_diskless_broker,
     total,
 )
-from .produce_consume import stop_broker
+from .produce_consume import start_broker, stop_broker
 
 RETENTION_MS = 120_000
 BASE_SETTINGS = ["log.retention.check.interval.ms=10000"]
@@ -152,30 +154,40 @@ def phase_steady(args: argparse.Namespace, proxy_port: int, pids: dict, work: st
         stop_broker(proc)
 
 
-def phase_backlog(args: argparse.Namespace, proxy_port: int, moto_port: int, work: str) -> None:
+def phase_backlog(args: argparse.Namespace, proxy_port: int, moto_port: int, work: str, store: str) -> None:
     """The manager's own loop is slowed to one cycle an hour: cycles are run back to back
-    with the admin API, and only those after the grace period (the deleting ones) timed."""
+    with the admin API, and only those after the grace period (the deleting ones) timed.
+    `store`: "s3" (moto behind the proxy) or "file" (the embedded default's directory)."""
     import boto3
 
-    data_dir = os.path.join(work, "backlog")
-    proc, bootstrap, metrics_url = start_diskless_broker(
-        data_dir, proxy_port, BASE_SETTINGS + ["wal.file.manager.interval.ms=3600000", *args.broker_set]
-    )
+    data_dir = os.path.join(work, f"backlog-{store}")
+    settings = BASE_SETTINGS + ["wal.file.manager.interval.ms=3600000", *args.broker_set]
+    if store == "s3":
+        proc, bootstrap, metrics_url = start_diskless_broker(data_dir, proxy_port, settings)
+    else:
+        proc, bootstrap, metrics_url = start_broker(data_dir, [arg for s in settings for arg in ("--set", s)])
     try:
         cluster_id = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).cluster_id
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=f"http://127.0.0.1:{moto_port}",
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
         created = int(time.time() * 1000) - 86_400_000
-        keys = [format_wal_key("bench", cluster_id, created + i // 100, 99, i) for i in range(args.backlog)]
+        ids = [format_wal_key("", cluster_id, created + i // 100, 99, i) for i in range(args.backlog)]
         started = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda k: s3.put_object(Bucket=BUCKET, Key=k, Body=b"x"), keys, chunksize=256))
-        print(f"\n== deletion capacity: {len(keys)} objects put in {time.perf_counter() - started:.0f} s")
+        if store == "s3":
+            s3 = boto3.client(
+                "s3",
+                endpoint_url=f"http://127.0.0.1:{moto_port}",
+                region_name="us-east-1",
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                list(pool.map(lambda k: s3.put_object(Bucket=BUCKET, Key="bench/" + k, Body=b"x"), ids, chunksize=256))
+        else:
+            for key in ids:
+                path = os.path.join(data_dir, "objects", key)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(b"x")
+        print(f"\n== deletion capacity ({store}): {len(ids)} objects put in {time.perf_counter() - started:.0f} s")
         probe = Probe(metrics_url, {"broker": proc.pid})
         from broker.admin_client import AdminClient as ShoalAdmin
 
@@ -238,6 +250,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
     parser.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--backlog-store", choices=["file", "s3"], action="append", help="default: both")
     parser.add_argument("--only", choices=["steady", "compare", "backlog"], action="append")
     args = parser.parse_args()
     phases = args.only or ["steady", "compare", "backlog"]
@@ -250,7 +263,8 @@ def main() -> None:
             if "compare" in phases:
                 phase_steady(args, proxy_port, pids, work, gc=False)
             if "backlog" in phases:
-                phase_backlog(args, proxy_port, moto_port, work)
+                for store in args.backlog_store or ["file", "s3"]:
+                    phase_backlog(args, proxy_port, moto_port, work, store)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
