@@ -47,7 +47,7 @@ TOPIC = "t"
 TOPIC_ID = uuid.UUID(int=7)
 CLUSTER = "sim-gc"
 DEADLINE_MS = 3_000
-TRAFFIC_S = 20.0
+TRAFFIC_S = 12.0
 
 
 class Replicas:
