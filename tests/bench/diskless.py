@@ -227,6 +227,14 @@ class Probe:
 @contextlib.contextmanager
 def s3_endpoint(work_dir: str) -> Iterator[tuple[int, int, int | None]]:
     """moto with the bench bucket behind tests/s3proxy.py: (proxy port, moto pid, proxy pid)."""
+    with s3_endpoint_and_moto_port(work_dir) as (port, _moto_port, moto_pid, proxy_pid):
+        yield port, moto_pid, proxy_pid
+
+
+@contextlib.contextmanager
+def s3_endpoint_and_moto_port(work_dir: str) -> Iterator[tuple[int, int, int, int | None]]:
+    """As s3_endpoint, with moto's own port for clients that bypass the proxy:
+    (proxy port, moto port, moto pid, proxy pid)."""
     moto, server = start_moto(os.path.join(work_dir, "moto.log"), bucket=BUCKET)
     try:
         with running_s3proxy(
@@ -234,7 +242,7 @@ def s3_endpoint(work_dir: str) -> Iterator[tuple[int, int, int | None]]:
             delay_ms={"PUT": PUT_DELAY_MS, "GET": GET_DELAY_MS},
             log_path=os.path.join(work_dir, "s3proxy.log"),
         ) as port:
-            yield port, moto.pid, child_pid("tests.s3proxy")
+            yield port, server.port, moto.pid, child_pid("tests.s3proxy")
     finally:
         stop_process(moto)
 

@@ -27,33 +27,26 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from walfiles.keys import format_wal_key
 
-from tests.moto_server import start_moto, stop_process
-from tests.s3proxy import running_s3proxy
-
 from .diskless import (
     BUCKET,
     DEFAULT_PARTITIONS,
     DEFAULT_PRODUCERS,
-    GET_DELAY_MS,
-    PUT_DELAY_MS,
     TOPIC,
     ClientStats,
     Probe,
-    child_pid,
     new_producers,
     produce,
+    s3_endpoint_and_moto_port,
     start_diskless_broker,
     total,
 )
@@ -226,21 +219,6 @@ def grace_s(args: argparse.Namespace) -> float:
     return 30.0
 
 
-@contextlib.contextmanager
-def endpoint(work: str) -> Iterator[tuple[int, int, int | None, int | None]]:
-    """moto with the bench bucket behind the latency proxy: (proxy port, moto port, pids)."""
-    moto, server = start_moto(os.path.join(work, "moto.log"), bucket=BUCKET)
-    try:
-        with running_s3proxy(
-            server.port,
-            delay_ms={"PUT": PUT_DELAY_MS, "GET": GET_DELAY_MS},
-            log_path=os.path.join(work, "s3proxy.log"),
-        ) as port:
-            yield port, server.port, moto.pid, child_pid("tests.s3proxy")
-    finally:
-        stop_process(moto)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=48.0, help="MiB/s in phases 1 and 2 (half load: 48)")
@@ -256,7 +234,7 @@ def main() -> None:
     phases = args.only or ["steady", "compare", "backlog"]
     work = tempfile.mkdtemp(prefix="shoal-bench-walgc-")
     try:
-        with endpoint(work) as (proxy_port, moto_port, moto_pid, proxy_pid):
+        with s3_endpoint_and_moto_port(work) as (proxy_port, moto_port, moto_pid, proxy_pid):
             pids = {"moto": moto_pid, "proxy": proxy_pid}
             if "steady" in phases:
                 phase_steady(args, proxy_port, pids, work, gc=True)

@@ -5,6 +5,7 @@ hand. Each test runs cycles itself (`run_cycle`), so nothing depends on the loop
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,16 @@ async def produce(harness: InProcessBroker, topic: str, value: bytes) -> int:
     error, offset = await harness.client().produce(topic, 0, build_batch([(None, value)]))
     assert error == 0, error
     return offset
+
+
+async def put_orphan(harness: InProcessBroker, topic_id: uuid.UUID, sequence: int = 1) -> str:
+    """A WAL object holding one batch of partition 0 of `topic_id` that no commit names (what
+    a broker that died between upload and commit leaves); its key."""
+    builder = WalObjectBuilder()
+    builder.append(topic_id, 0, build_batch([(None, b"orphan")]))
+    key = format_wal_key("", harness.broker.cluster_id, harness.clock.now_ms(), 7, sequence)
+    await harness.objects.put(key, builder.build())
+    return key
 
 
 def test_retention_releases_objects_after_the_grace_period(tmp_path: Path) -> None:
@@ -141,10 +152,7 @@ def test_an_uploaded_but_never_committed_object_goes_after_deadline_and_grace(tm
         harness.clock.advance(5)
         quiet = harness.broker.catalog.get("quiet")
         assert quiet is not None
-        builder = WalObjectBuilder()
-        builder.append(quiet.topic_id, 0, build_batch([(None, b"orphan")]))
-        orphan = format_wal_key("", harness.broker.cluster_id, harness.clock.now_ms(), 7, 1)
-        await harness.objects.put(orphan, builder.build())
+        orphan = await put_orphan(harness, quiet.topic_id)
         harness.clock.advance(DEADLINE_MS)
         report = await manager.run_cycle()
         assert report.kept.get("young") == 2, "an object a commit may still reference was judged"
@@ -173,10 +181,8 @@ def test_an_orphan_holding_a_busy_partition_is_asked_about_and_deleted(tmp_path:
         await produce(harness, "t", b"older")
         topic = harness.broker.catalog.get("t")
         assert topic is not None
-        builder = WalObjectBuilder()
-        builder.append(topic.topic_id, 0, build_batch([(None, b"orphan")]))
-        orphan = format_wal_key("", harness.broker.cluster_id, harness.clock.now_ms() + 5, 7, 1)
-        await harness.objects.put(orphan, builder.build())
+        harness.clock.advance(5)
+        orphan = await put_orphan(harness, topic.topic_id)
         await produce(harness, "t", b"newer")  # a committed object created after the orphan
         harness.clock.advance(DEADLINE_MS + GRACE_MS + 1)
         report = await manager.run_cycle()
@@ -357,11 +363,7 @@ def test_lookups_beyond_the_per_cycle_budget_resume_where_the_last_cycle_stopped
             assert quiet is not None
             orphans = []
             for sequence in range(5):
-                builder = WalObjectBuilder()
-                builder.append(quiet.topic_id, 0, build_batch([(None, b"orphan")]))
-                key = format_wal_key("", harness.broker.cluster_id, harness.clock.now_ms(), 7, sequence)
-                await harness.objects.put(key, builder.build())
-                orphans.append(key)
+                orphans.append(await put_orphan(harness, quiet.topic_id, sequence))
             harness.clock.advance(DEADLINE_MS + GRACE_MS + 1)
             found: list[str] = []
             for cycle in range(3):
