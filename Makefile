@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml tests/js/package.json tests/js/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,tiering]'
 	if command -v npm >/dev/null 2>&1; then \
 		cd tests/js && npm ci --no-audit --no-fund; \
 	else \
@@ -31,11 +31,13 @@ dev-cluster: $(STAMP)
 	bash .ci/install-etcd
 	$(BIN)/shoal dev cluster --brokers 3 --azs 3
 
-## Install everything (etcd-server from Debian's packages when missing), lint, and run the whole
+## Install everything (etcd-server and a Java 17 runtime for Spark from Debian's packages when
+## missing, pyspark from PyPI), lint, and run the whole
 ## suite. `.ci/run` runs it with CI=true: a missing etcd, moto server or node/kafkajs then fails
 ## the tests that need it instead of skipping them (tests/gates.py). No test asserts a duration.
 test: $(STAMP) lint
 	bash .ci/install-etcd
+	bash .ci/install-java
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 ## Static checks (settings in pyproject.toml): ruff's formatting and its rules (errors such as

@@ -29,3 +29,13 @@ def require_module(name: str, reason: str) -> None:
         __import__(name)
     except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install raising anything
         missing(f"{reason}: {type(exc).__name__}: {exc}")
+
+
+def require_spark() -> None:
+    """pyspark (installed by `make test`) and a Java runtime (Debian's openjdk-17-jre-headless,
+    installed by `.ci/install-java`) for the tiering jobs' tests."""
+    import shutil
+
+    require_module("pyspark", "pyspark is not installed (make test installs it)")
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        missing("no java on PATH and no JAVA_HOME: Spark needs Java 17 (.ci/install-java installs it)")

@@ -39,6 +39,10 @@ with ``<suffix>`` one of `SegmentFile` (``.log``, ``.index``, ``.timeindex``, ``
 canonical lowercase UUID strings. All files of one segment share one stem, so they list
 together and in offset order.
 
+Tiering plans (a leader's instructions to a tiering job; deleted once the job is done)::
+
+    <prefix>/tiering-plans/<cluster-id>/<plan-uuid>.plan
+
 ``<prefix>`` is the deployment's key prefix inside the bucket; it may be empty (keys then start
 with ``wal/`` or ``tiered/``) or contain ``/``. Parsers split from the right, so a prefix may
 even contain a ``wal`` or ``tiered`` segment. Malformed keys raise ValueError naming the key.
@@ -54,6 +58,7 @@ from enum import Enum
 
 WAL_DIR = "wal"
 TIERED_DIR = "tiered"
+PLANS_DIR = "tiering-plans"
 
 CREATED_MS_DIGITS = 13
 NODE_ID_DIGITS = 10
@@ -364,3 +369,13 @@ def parse_tiered_segment_key(key: str) -> TieredSegmentKey:
         uuid.UUID(match.group(2)),
         file,
     )
+
+
+# --- tiering plans --------------------------------------------------------------------------
+
+PLAN_SUFFIX = ".plan"
+
+
+def format_plan_key(prefix: str, cluster_id: str, plan_id: uuid.UUID) -> str:
+    _check_uuid("plan_id", plan_id)
+    return _join(_check_prefix(prefix), PLANS_DIR, _check_cluster_id(cluster_id), f"{plan_id}{PLAN_SUFFIX}")

@@ -45,7 +45,8 @@ class EntryKind(IntEnum):
 
     RECORDS = 1  # classic topics: the batch's records (header + payload = the Kafka batch)
     COORDINATES = 2  # diskless topics: where the batch lives in a WAL object
-    # 3.. reserved: remote-segment markers, mode markers
+    REMOTE_SEGMENT = 3  # a tiered segment's state change (markers.py): a Kafka control batch
+    # 4.. reserved: mode markers
 
 
 _KINDS = {int(k): k for k in EntryKind}

@@ -1,0 +1,234 @@
+"""A partition's tiered segments, as its committed remote-segment markers say (markers.py).
+
+Markers are applied only once committed (below the high watermark), on the leader and on
+every follower alike, so the set never has to be rolled back when a divergent tail is
+truncated: until then a marker waits in `pending`. KIP-405's transition rules hold (a state
+may repeat, for retries; anything else is ignored with a warning), and a COPY_FINISHED that
+overlaps a readable segment is refused, so readable segments never overlap.
+
+Persisted as ``remote-segments.checkpoint`` (magic, version, CRC32C, msgpack), written
+atomically whenever a marker is applied and at every segment roll, with `applied_through`:
+every marker below it is in the file. Opening the partition replays the log from there, so a
+follower whose local segments holding old markers were deleted still knows every segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+import crc32c
+import msgspec
+
+from broker.atomic_write import write_atomically
+from broker.log.markers import RemoteSegmentEvent, RemoteSegmentState
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "remote-segments.checkpoint"
+_MAGIC = b"SHRS"
+_VERSION = 1
+_HEAD = struct.Struct(">4sHI")
+
+_VALID = {
+    RemoteSegmentState.COPY_SEGMENT_STARTED: {
+        RemoteSegmentState.COPY_SEGMENT_STARTED,
+        RemoteSegmentState.COPY_SEGMENT_FINISHED,
+        RemoteSegmentState.DELETE_SEGMENT_STARTED,
+    },
+    RemoteSegmentState.COPY_SEGMENT_FINISHED: {
+        RemoteSegmentState.COPY_SEGMENT_FINISHED,
+        RemoteSegmentState.DELETE_SEGMENT_STARTED,
+    },
+    RemoteSegmentState.DELETE_SEGMENT_STARTED: {
+        RemoteSegmentState.DELETE_SEGMENT_STARTED,
+        RemoteSegmentState.DELETE_SEGMENT_FINISHED,
+    },
+}
+
+
+class RemoteSegmentsError(ValueError):
+    """The checkpoint file is corrupt or of an unknown version."""
+
+
+class RemoteSegment(msgspec.Struct):
+    """One tiered segment and its current state."""
+
+    segment_id: str
+    base_offset: int
+    end_offset: int  # inclusive
+    leader_epoch: int
+    state: RemoteSegmentState
+    size_bytes: int
+    max_timestamp_ms: int
+    plan_id: str
+
+    @property
+    def next_offset(self) -> int:
+        return self.end_offset + 1
+
+
+class _Checkpoint(msgspec.Struct, array_like=True):
+    applied_through: int
+    segments: list[RemoteSegment]
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_Checkpoint)
+
+
+class RemoteSegments:
+    def __init__(self, path: Path | None = None, applied_through: int = 0, segments: Iterable[RemoteSegment] = ()):
+        self._path = path
+        self.applied_through = applied_through
+        self._segments: dict[str, RemoteSegment] = {s.segment_id: s for s in segments}
+        self._pending: list[tuple[int, int, RemoteSegmentEvent]] = []  # (offset, entry epoch, event)
+        self._readable: list[RemoteSegment] = []
+        self._bases: list[int] = []
+        self._reindex()
+
+    @classmethod
+    def open(cls, directory: Path) -> "RemoteSegments":
+        path = directory / CHECKPOINT_FILE
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return cls(path)
+        if len(raw) < _HEAD.size:
+            raise RemoteSegmentsError(f"{path}: truncated")
+        magic, version, crc = _HEAD.unpack_from(raw)
+        body = raw[_HEAD.size :]
+        if magic != _MAGIC or version != _VERSION:
+            raise RemoteSegmentsError(f"{path}: not a version-{_VERSION} remote-segments checkpoint")
+        if crc32c.crc32c(body) != crc:
+            raise RemoteSegmentsError(f"{path}: CRC32C mismatch")
+        ckpt = _DECODER.decode(body)
+        return cls(path, ckpt.applied_through, ckpt.segments)
+
+    # -- what readers see ----------------------------------------------------------------------
+    @property
+    def readable(self) -> list[RemoteSegment]:
+        """COPY_FINISHED segments in offset order: they serve reads."""
+        return list(self._readable)
+
+    @property
+    def segments(self) -> list[RemoteSegment]:
+        """Every known segment, whatever its state, in offset order."""
+        return sorted(self._segments.values(), key=lambda s: (s.base_offset, s.segment_id))
+
+    def segment_for(self, offset: int) -> RemoteSegment | None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i >= 0 and self._readable[i].base_offset <= offset <= self._readable[i].end_offset:
+            return self._readable[i]
+        return None
+
+    @property
+    def start_offset(self) -> int | None:
+        """The first offset a reader finds in tiered storage, or None."""
+        return self._readable[0].base_offset if self._readable else None
+
+    @property
+    def tiered_end(self) -> int:
+        """The offset after the last readable segment (0 when none is): local entries below it
+        are superseded."""
+        return self._readable[-1].next_offset if self._readable else 0
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._readable)
+
+    def in_state(self, state: RemoteSegmentState) -> list[RemoteSegment]:
+        return [s for s in self.segments if s.state == state]
+
+    # -- markers -------------------------------------------------------------------------------
+    def on_append(self, offset: int, entry_epoch: int, event: RemoteSegmentEvent) -> None:
+        """A marker entered the log (leader append, replication, or replay at open)."""
+        if offset >= self.applied_through:
+            self._pending.append((offset, entry_epoch, event))
+
+    def on_truncate(self, offset: int) -> None:
+        """Entries from `offset` on were cut off: their markers will never apply."""
+        self._pending = [p for p in self._pending if p[0] < offset]
+
+    def commit_through(self, high_watermark: int) -> bool:
+        """Apply the markers below the high watermark; True when the set changed."""
+        ready = [p for p in self._pending if p[0] < high_watermark]
+        if not ready:
+            return False
+        self._pending = [p for p in self._pending if p[0] >= high_watermark]
+        for offset, entry_epoch, event in ready:
+            self._apply(offset, entry_epoch, event)
+        self.applied_through = max(self.applied_through, high_watermark)
+        self._reindex()
+        self.persist()
+        return True
+
+    def checkpoint_at(self, high_watermark: int) -> None:
+        """Persist with `applied_through` moved up to the high watermark (a segment roll):
+        opening the partition then replays only the log after it."""
+        self.commit_through(high_watermark)
+        if not self._pending or min(p[0] for p in self._pending) >= high_watermark:
+            self.applied_through = max(self.applied_through, high_watermark)
+        self.persist()
+
+    def _apply(self, offset: int, entry_epoch: int, event: RemoteSegmentEvent) -> None:
+        current = self._segments.get(event.segment_id)
+        if current is None:
+            if event.state in (RemoteSegmentState.COPY_SEGMENT_STARTED, RemoteSegmentState.COPY_SEGMENT_FINISHED):
+                current = RemoteSegment(
+                    event.segment_id,
+                    event.base_offset,
+                    event.end_offset,
+                    event.leader_epoch,
+                    RemoteSegmentState.COPY_SEGMENT_STARTED,
+                    event.size_bytes,
+                    event.max_timestamp_ms,
+                    event.plan_id,
+                )
+            else:
+                return  # a delete of a segment already gone: nothing to do
+        if event.state not in _VALID[current.state]:
+            log.warning(
+                "ignoring marker at %d: %s -> %s for segment %s",
+                offset,
+                current.state.name,
+                event.state.name,
+                event.segment_id,
+            )
+            return
+        if event.state == RemoteSegmentState.COPY_SEGMENT_FINISHED:
+            if entry_epoch != event.leader_epoch or self._overlaps(event):
+                log.warning(
+                    "ignoring COPY_SEGMENT_FINISHED at %d for segment %s: fenced or overlapping",
+                    offset,
+                    event.segment_id,
+                )
+                return
+            current.size_bytes, current.max_timestamp_ms = event.size_bytes, event.max_timestamp_ms
+        if event.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED:
+            self._segments.pop(event.segment_id, None)
+            return
+        current.state = event.state
+        self._segments[event.segment_id] = current
+
+    def _overlaps(self, event: RemoteSegmentEvent) -> bool:
+        return any(
+            s.base_offset <= event.end_offset and event.base_offset <= s.end_offset and s.segment_id != event.segment_id
+            for s in self._readable
+        )
+
+    def _reindex(self) -> None:
+        self._readable = sorted(
+            (s for s in self._segments.values() if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED),
+            key=lambda s: s.base_offset,
+        )
+        self._bases = [s.base_offset for s in self._readable]
+
+    def persist(self) -> None:
+        if self._path is None:
+            return
+        body = _ENCODER.encode(_Checkpoint(self.applied_through, self.segments))
+        write_atomically(self._path, _HEAD.pack(_MAGIC, _VERSION, crc32c.crc32c(body)) + body)
