@@ -50,6 +50,9 @@ from .rpc import RpcClientPool
 from .server import KafkaServer, ServerLimits
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
+from .offload.reader import TieredReader
+from .offload.runner import SparkJobRunner
+from .offload.service import OffloadService, OffloadSettings
 from .walgc.cluster import ClusterReferences
 from .walgc.manager import ManagerSettings, WalFileManager
 from .walgc.reporter import RecentUploads, ReferenceReporter
@@ -162,6 +165,25 @@ class Broker:
             clock=self.clock,
             metrics=self.metrics,
         )
+        self.cluster_id = ""
+        self.offload = OffloadService(
+            partitions=lambda: list(self.replica_manager.partitions.values()),
+            store=env.objects,
+            cluster_id=lambda: self.cluster_id,
+            runner=SparkJobRunner(
+                config.object_store_url,
+                config.tiering_spark_master,
+                config.tiering_spark_submit,
+                config.tiering_job_timeout_ms,
+            ),
+            settings=OffloadSettings.from_config(config),
+            clock=self.clock,
+            metrics=self.metrics,
+            new_uuid=env.new_uuid,
+        )
+        self.tiered_reader = TieredReader(
+            env.objects, lambda: self.cluster_id, self.cache, on_get=self.metrics.tiered_read_bytes.inc
+        )
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
         self.server = KafkaServer(
@@ -170,7 +192,6 @@ class Broker:
         self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
         self.ready = False
         self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
-        self.cluster_id = ""
         self.stopping = False
 
     @property
@@ -196,6 +217,8 @@ class Broker:
         await self.groups.start()
         if self.config.wal_file_manager_enable:
             self.wal_files.start()
+        if self.config.tiering_enable and not self.config.stateless:
+            self.offload.start()
         if serve_clients:
             host, port = _split(self.config.listen)
             await self.server.start(host, port)
@@ -215,6 +238,7 @@ class Broker:
         self.stopping = True
         self.waiters.notify_all()
         await self.wal_files.stop()
+        await self.offload.stop()
         await self.groups.stop()
         await self.server.stop()
         await self.wal.close()

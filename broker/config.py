@@ -72,6 +72,14 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     wal_file_manager_index_cache_objects: Positive = 100000
     wal_file_manager_backoff_max_ms: Positive = 300000
     cache_max_bytes: NonNegative = 256 << 20
+    # Tiering (offload/; docs/configuration.md "Tiering")
+    tiering_enable: bool = True
+    tiering_interval_ms: Positive = 60000
+    tiering_spark_master: str = "local[2]"
+    tiering_spark_submit: str = ""
+    tiering_job_timeout_ms: Positive = 1800000
+    tiering_max_ranges_per_job: Positive = 64
+    tiering_max_job_bytes: Positive = 8 << 30
     # Network limits (Kafka names and defaults)
     socket_request_max_bytes: Positive = 104857600
     connections_max_idle_ms: Positive = 600000
@@ -86,6 +94,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     log_roll_ms: Positive = 604800000
     log_retention_ms: MillisOrUnlimited = 604800000
     log_retention_bytes: MillisOrUnlimited = -1
+    log_local_retention_ms: Annotated[int, msgspec.Meta(ge=-2)] = -2
+    log_local_retention_bytes: Annotated[int, msgspec.Meta(ge=-2)] = -2
+    remote_storage_default: bool = False
     log_flush_interval_messages: Positive = LONG_MAX
     log_flush_interval_ms: NonNegative = LONG_MAX
     log_index_interval_bytes: NonNegative = 4096

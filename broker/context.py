@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from .diskless.wal_writer import WalWriter
     from .groups.coordinator import GroupCoordinator
     from .metrics import BrokerMetrics
+    from .offload.reader import TieredReader
+    from .offload.service import OffloadService
     from .peer_service import PeerRequest, PeerResponse
     from .producer_ids import ProducerIdAllocator
     from .replica_manager import ReplicaManager
@@ -71,6 +73,8 @@ class HandlerContext(Protocol):
     def wal(self) -> WalWriter: ...
     @property
     def wal_reader(self) -> WalReader: ...
+    @property
+    def tiered_reader(self) -> TieredReader: ...
 
     # -- other brokers (forwarded requests, remote reads) -----------------------------------
     @property
@@ -85,3 +89,7 @@ class HandlerContext(Protocol):
     # -- the WAL file manager (answers on the controller) -------------------------------------
     @property
     def wal_files(self) -> WalFileManager: ...
+
+    # -- tiering (offload on the partition leaders) -----------------------------------------
+    @property
+    def offload(self) -> OffloadService: ...

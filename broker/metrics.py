@@ -212,6 +212,37 @@ class BrokerMetrics:
             "Seconds since the WAL file manager last completed a cycle; -1 before the first.",
             registry=r,
         )
+        self.tiering_backlog_bytes = Gauge(
+            "shoal_tiering_backlog_bytes",
+            "Batch bytes of ranges past the local retention that are not tiered yet (partitions led here).",
+            registry=r,
+        )
+        self.tiering_jobs = Counter(
+            "shoal_tiering_jobs", "Tiering jobs run by this broker, by outcome (ok, failed).", ["outcome"], registry=r
+        )
+        self.tiering_job_seconds = Histogram(
+            "shoal_tiering_job_seconds",
+            "Wall time of a tiering job (plan written to result read).",
+            buckets=(5, 10, 20, 30, 60, 120, 300, 600, 1800),
+            registry=r,
+        )
+        self.tiering_segments = Counter(
+            "shoal_tiering_segments",
+            "Tiered segments committed or deleted by this broker as leader, by event (committed, deleted).",
+            ["event"],
+            registry=r,
+        )
+        self.tiering_bytes = Counter(
+            "shoal_tiering_bytes", "Bytes of the tiered segments this broker committed.", registry=r
+        )
+        self.tiering_last_success = Gauge(
+            "shoal_tiering_last_success_timestamp_seconds",
+            "When a tiering cycle of this broker last finished without a failure (0: never).",
+            registry=r,
+        )
+        self.tiered_read_bytes = Counter(
+            "shoal_tiered_read_bytes", "Bytes read from tiered segments by GET (cache misses).", registry=r
+        )
         self._per_api: dict[int, tuple[Counter, Histogram]] = {}
 
     def observe_request(self, api_key: int, seconds: float) -> None:

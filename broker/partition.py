@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .clock import Clock
-from .log import EntryKind, LogClosedError, PartitionLog
+from .log import EntryKind, LogClosedError, PartitionLog, RemoteRetention
+from .log.markers import RemoteSegmentEvent, decode_marker, encode_marker
+from .log.remote_segments import RemoteSegments
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
 from .producers import DuplicateBatch, ProducerStateManager
@@ -128,6 +130,8 @@ class Partition:
         self.directory = directory
         self.log = log_
         self.wal_references = WalReferences(log_)  # asked only for diskless replicas
+        self.remote_segments = RemoteSegments.open(directory)  # tiered segments (offload/)
+        log_.truncation_listeners.append(self.remote_segments.on_truncate)
         self.producers = producers
         self.settings = settings
         self.epochs = LeaderEpochCache.open(directory)
@@ -156,12 +160,55 @@ class Partition:
         on_append: Callable[["Partition"], None],
     ) -> "Partition":
         producers = ProducerStateManager(clock, producer_expiration_ms)
-        log_ = PartitionLog.open(
-            directory, settings.log, clock, on_segment_roll=lambda offset: producers.take_snapshot(directory, offset)
-        )
+        rolled: list[Callable[[int], None]] = []
+        log_ = PartitionLog.open(directory, settings.log, clock, on_segment_roll=lambda offset: rolled[0](offset))
         partition = cls(topic, index, directory, log_, producers, settings, clock, on_append)
+        rolled.append(partition._on_segment_roll)
         partition._rebuild_producer_state()
+        partition._replay_markers()
         return partition
+
+    def _on_segment_roll(self, offset: int) -> None:
+        self.producers.take_snapshot(self.directory, offset)
+        if self.remote_segments.known:
+            self.remote_segments.checkpoint_at(self.log.high_watermark)
+
+    def _replay_markers(self) -> None:
+        """Remote-segment markers the checkpoint may not hold yet (written after it)."""
+        if not self.remote_segments.known:
+            return
+        for entry in self.log.iter_entries(max(self.remote_segments.applied_through, self.log.log_start_offset)):
+            if entry.kind == EntryKind.REMOTE_SEGMENT:
+                self.remote_segments.on_append(
+                    entry.base_offset, entry.header.partition_leader_epoch, decode_marker(entry.data)
+                )
+        self.remote_segments.commit_through(self.log.high_watermark)
+
+    @property
+    def log_start_offset(self) -> int:
+        """Kafka's log start offset: the first offset in tiered segments or in the local log."""
+        remote = self.remote_segments.start_offset
+        local = self.log.log_start_offset
+        return local if remote is None else min(remote, local)
+
+    def remote_retention(self) -> RemoteRetention | None:
+        """Local retention limits while tiered storage is on (None: plain retention)."""
+        if not self.settings.remote_storage:
+            return None
+        return RemoteRetention(
+            self.remote_segments.tiered_end, self.settings.local_retention_ms, self.settings.local_retention_bytes
+        )
+
+    def append_marker(self, event: RemoteSegmentEvent) -> int:
+        """Leader: append a remote-segment marker; returns its offset. It applies once the
+        high watermark passes it (remote_segments.py)."""
+        self.check_leader()
+        data = encode_marker(event, self._clock.now_ms())
+        header = parse_header(data)
+        outcome = self._append(EntryKind.REMOTE_SEGMENT, [(header, data)])
+        self.remote_segments.on_append(outcome.base_offset, self.leader_epoch, event)
+        self.remote_segments.commit_through(self.log.high_watermark)
+        return outcome.base_offset
 
     def _rebuild_producer_state(self) -> None:
         """Latest snapshot plus the log tail after it: cost is the tail, not the log."""
@@ -247,6 +294,7 @@ class Partition:
             return
         before = self.log.high_watermark
         hw = self.log.update_high_watermark(self.leader_state.high_watermark(self.log.log_end_offset))
+        self.remote_segments.commit_through(hw)
         while self._waits and self._waits[0][0] <= hw:
             _, _, future = heapq.heappop(self._waits)
             if not future.done():
@@ -305,8 +353,11 @@ class Partition:
                 self.epochs.assign(epoch, header.base_offset)
             self.log.append(EntryKind(kind), header, data, epoch)
             self.producers.replay(header, header.base_offset)
+            if kind == EntryKind.REMOTE_SEGMENT:
+                self.remote_segments.on_append(header.base_offset, epoch, decode_marker(data))
             appended += len(data)
-        self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        hw = self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        self.remote_segments.commit_through(hw)
         if appended:
             self._on_append(self)
         return appended

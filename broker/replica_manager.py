@@ -187,7 +187,7 @@ class ReplicaManager:
     async def _enforce_retention(self) -> None:
         now = self._clock.now_ms()
         for partition in list(self.partitions.values()):
-            if partition.log.enforce_retention(now):
+            if partition.log.enforce_retention(now, partition.remote_retention()):
                 partition.producers.delete_snapshots_before(partition.directory, partition.log.log_start_offset)
 
     async def _expire_producers(self) -> None:

@@ -78,6 +78,7 @@ def _one_of(*allowed: str, unsupported: Mapping[str, str] | None = None) -> Call
 
 _INT_MAX = 2147483647
 DISKLESS_ENABLE = "diskless.enable"
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 _NOT_YET = "compacted topics are not supported yet (cleanup.policy=delete only)"
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     d.name: d
@@ -183,6 +184,28 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "fsync when the oldest unflushed message is this old.",
         ),
         TopicConfigDef(
+            REMOTE_STORAGE_ENABLE,
+            "remote.storage.default",
+            ConfigType.BOOLEAN,
+            _boolean,
+            "Tiered storage (KIP-405): ranges past the local retention are assembled into Kafka "
+            "segments in the object store, and reads below the local log are served from them.",
+        ),
+        TopicConfigDef(
+            "local.retention.ms",
+            "log.local.retention.ms",
+            ConfigType.LONG,
+            _integer(-2),
+            "With tiered storage: how long tiered ranges stay in the local log; -2 = retention.ms.",
+        ),
+        TopicConfigDef(
+            "local.retention.bytes",
+            "log.local.retention.bytes",
+            ConfigType.LONG,
+            _integer(-2),
+            "With tiered storage: local log size above which tiered ranges go; -2 = retention.bytes.",
+        ),
+        TopicConfigDef(
             DISKLESS_ENABLE,
             "diskless.default",
             ConfigType.BOOLEAN,
@@ -255,6 +278,9 @@ class TopicSettings:
     timestamp_before_max_ms: int
     timestamp_after_max_ms: int
     log: LogConfig
+    remote_storage: bool = False
+    local_retention_ms: int = -1  # resolved: -2 (the default) means retention.ms
+    local_retention_bytes: int = -1  # resolved: -2 means retention.bytes
 
 
 def effective(overrides: Mapping[str, str], broker: BrokerConfig) -> TopicSettings:
@@ -278,4 +304,16 @@ def effective(overrides: Mapping[str, str], broker: BrokerConfig) -> TopicSettin
             segment_index_bytes=number("segment.index.bytes"),
             size_by_batch_bytes=values[DISKLESS_ENABLE] == "true",
         ),
+        remote_storage=values[REMOTE_STORAGE_ENABLE] == "true",
+        local_retention_ms=_local(number("local.retention.ms"), number("retention.ms")),
+        local_retention_bytes=_local(number("local.retention.bytes"), number("retention.bytes")),
     )
+
+
+def _local(local: int, total: int) -> int:
+    """Kafka's rule: -2 takes the total retention; a local limit never exceeds a finite total."""
+    if local == -2:
+        return total
+    if total >= 0 and (local < 0 or local > total):
+        return total
+    return local

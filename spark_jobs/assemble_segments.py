@@ -30,13 +30,11 @@ from broker.objectstore import open_object_store
 from tiering.assemble import assemble_range
 from tiering.plan import RangePlan, decode_plan
 
-_RANGE_ENCODER = msgspec.msgpack.Encoder()
-_RANGE_DECODER = msgspec.msgpack.Decoder(RangePlan)
 
 
 def assemble_task(store_url: str, cluster_id: str, plan_id: str, encoded_range: bytes) -> dict[str, Any]:
     """One Spark task: assemble one range; never raises (the result says what went wrong)."""
-    planned = _RANGE_DECODER.decode(encoded_range)
+    planned = msgspec.msgpack.decode(encoded_range, type=RangePlan)
     where = {"topic_id": planned.topic_id, "partition": planned.partition, "base_offset": planned.base_offset}
 
     async def run() -> dict[str, Any]:
@@ -64,7 +62,7 @@ async def _read_plan(store_url: str, plan_key: str) -> bytes:
 def run_job(spark: Any, store_url: str, plan_key: str) -> dict[str, Any]:
     """Run every range of the plan as one task; returns the summary."""
     plan = decode_plan(asyncio.run(_read_plan(store_url, plan_key)))
-    encoded = [_RANGE_ENCODER.encode(r) for r in plan.ranges]
+    encoded = [msgspec.msgpack.encode(r) for r in plan.ranges]
     results: list[dict[str, Any]] = []
     if encoded:
         cluster_id, plan_id = plan.cluster_id, plan.plan_id
@@ -101,4 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main, so Spark ships the task function by reference (the
+    # executors import it) rather than pickling this script's globals by value.
+    from spark_jobs import assemble_segments
+
+    sys.exit(assemble_segments.main())

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Hashable
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from ..context import HandlerContext
 from ..log import LogEntry, OffsetOutOfRangeError
+from ..log.remote_segments import RemoteSegment
 from ..partition_ids import TopicIdPartition
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
@@ -98,16 +100,22 @@ def _remote_partitions(broker: HandlerContext, request: FetchRequest) -> list[Wa
     return wanted
 
 
-Found = list[tuple[Any, list[LogEntry]]]  # (partition response, its entries): records filled in by _resolve
+# (partition response, its entries or its tiered read): records filled in by _resolve
+Found = list[tuple[Any, "list[LogEntry] | TieredRead"]]
 
 
 async def _resolve(broker: HandlerContext, found: Found) -> None:
-    """Fill each partition's records: classic entries as stored, diskless ones from WAL objects.
-    A batch that cannot be read (its object missing or damaged) ends its partition's answer
-    there: the batches before it are served, and a partition with none gets
-    KAFKA_STORAGE_ERROR (retriable); every other partition is served as usual."""
-    outcomes = iter(await batch_pieces(broker, [e for _response, entries in found for e in entries]))
-    for response, entries in found:
+    """Fill each partition's records: classic entries as stored, diskless ones from WAL objects,
+    offsets below the local log from tiered segments. A batch that cannot be read (its object
+    missing or damaged) ends its partition's answer there: the batches before it are served,
+    and a partition with none gets KAFKA_STORAGE_ERROR (retriable); every other partition is
+    served as usual."""
+    tiered = [(response, read) for response, read in found if isinstance(read, TieredRead)]
+    local = [(response, entries) for response, entries in found if not isinstance(entries, TieredRead)]
+    reads = asyncio.gather(*(_read_tiered(broker, response, read) for response, read in tiered))
+    outcomes = iter(await batch_pieces(broker, [e for _response, entries in local for e in entries]))
+    await reads
+    for response, entries in local:
         served: list[memoryview | bytes] = []
         failure: Exception | None = None
         for outcome in (next(outcomes) for _entry in entries):
@@ -149,6 +157,7 @@ def _read_all(
         for fetch_partition in fetch_topic.partitions:
             index = fetch_partition.partition
             partition: Partition | None = None
+            tiered: TieredRead | None = None
             try:
                 if topic is None:
                     raise topic_error or ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic")
@@ -165,8 +174,13 @@ def _read_all(
                 else:
                     partition = fetch_replica(broker, topic, index)
                     check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
-                    entries = _read_local(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
-                    high_watermark, log_start_offset = partition.log.high_watermark, partition.log.log_start_offset
+                    tiered = _tiered(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
+                    entries = (
+                        []
+                        if tiered
+                        else _read_local(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
+                    )
+                    high_watermark, log_start_offset = partition.log.high_watermark, partition.log_start_offset
                     keys.append(partition.key)
             except OffsetOutOfRangeError:
                 has_error = True
@@ -180,6 +194,9 @@ def _read_all(
             if entries:
                 first_batch_pending = False
                 total += sum(e.header.size for e in entries)
+            elif tiered is not None:
+                first_batch_pending = False
+                total += max(limit, 1)  # an upper bound: the batches are sized when read
             response = _Partition(
                 partition_index=index,
                 error_code=0,
@@ -193,8 +210,46 @@ def _read_all(
             partitions.append(response)
             if entries:
                 found.append((response, entries))
+            elif tiered is not None:
+                found.append((response, tiered))
         topics.append(_Topic(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id, partitions=partitions))
     return topics, total, has_error, keys, found
+
+
+@dataclass(frozen=True, slots=True)
+class TieredRead:
+    """A partition's answer that comes from a tiered segment (offset below the local log)."""
+
+    partition: Partition
+    segment: RemoteSegment
+    offset: int
+    limit: int
+    first_batch_whole: bool
+
+
+def _tiered(partition: Partition, offset: int, limit: int, first_batch_pending: bool) -> TieredRead | None:
+    if offset >= partition.log.log_start_offset:
+        return None
+    segment = partition.remote_segments.segment_for(offset)
+    if segment is None:
+        return None
+    return TieredRead(partition, segment, offset, limit, first_batch_pending)
+
+
+async def _read_tiered(broker: HandlerContext, response: Any, read: TieredRead) -> None:
+    """Fill a partition's records from its tiered segment (KIP-74 sizing as for local reads)."""
+    p = read.partition
+    try:
+        batches = await broker.tiered_reader.read(p.topic_id, p.index, read.segment, read.offset, max(read.limit, 0))
+    except Exception as exc:  # noqa: BLE001 - the store's errors or a damaged segment: this partition only
+        logger.warning(
+            "fetch of %s-%d could not read tiered segment %s: %s", p.topic, p.index, read.segment.segment_id, exc
+        )
+        response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        return
+    if batches and not read.first_batch_whole and batches[0][0].size > read.limit:
+        batches = []
+    response.records = b"".join(view for _header, view in batches)
 
 
 def _read_local(partition: Partition, offset: int, limit: int, first_batch_pending: bool) -> list[LogEntry]:
@@ -235,7 +290,7 @@ def _error(index: int, code: ErrorCode, partition: Partition | None) -> Any:
         error_code=code,
         high_watermark=log.high_watermark if log else -1,
         last_stable_offset=log.high_watermark if log else -1,
-        log_start_offset=log.log_start_offset if log else -1,
+        log_start_offset=partition.log_start_offset if partition else -1,
         aborted_transactions=None,
         preferred_read_replica=-1,
         records=b"",

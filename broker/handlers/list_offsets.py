@@ -23,7 +23,8 @@ from ..routing.forwarding import Forwarded
 from .registry import api
 
 if TYPE_CHECKING:
-    from ..log import LogEntry, PartitionLog
+    from ..log import LogEntry
+    from ..partition import Partition
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -47,7 +48,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
                 # others send it on (routing/forwarding.py)
                 partition = broker.replica_manager.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
-                offset, timestamp = await _lookup(broker, partition.log, list_partition.timestamp)
+                offset, timestamp = await _lookup(broker, partition, list_partition.timestamp)
                 partitions.append(
                     _Partition(
                         partition_index=index,
@@ -79,14 +80,22 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-async def _lookup(broker: HandlerContext, log: PartitionLog, target: int) -> tuple[int, int]:
+async def _lookup(broker: HandlerContext, partition: Partition, target: int) -> tuple[int, int]:
     """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches."""
+    log = partition.log
     if target == LATEST:
         return log.high_watermark, -1
-    if target in (EARLIEST, EARLIEST_LOCAL):
+    if target == EARLIEST:
+        return partition.log_start_offset, -1
+    if target == EARLIEST_LOCAL:
         return log.log_start_offset, -1
     if target == LATEST_TIERED:
-        return -1, -1
+        readable = partition.remote_segments.readable
+        return (readable[-1].end_offset, -1) if readable else (-1, -1)
+    if target >= 0:
+        found = await _in_tiered(broker, partition, target)
+        if found is not None:
+            return found
     if target == MAX_TIMESTAMP:
         entry = log.entry_with_max_timestamp()
         if entry is None or entry.base_offset >= log.high_watermark:
@@ -101,6 +110,34 @@ async def _lookup(broker: HandlerContext, log: PartitionLog, target: int) -> tup
     return await _first_record_at_or_after(broker, entry, target, exact=False)
 
 
+async def _in_tiered(broker: HandlerContext, partition: Partition, target: int) -> tuple[int, int] | None:
+    """A timestamp lookup in the tiered segments (through their time index), or None when
+    no tiered batch reaches `target` (the local log answers)."""
+    segment = next((s for s in partition.remote_segments.readable if s.max_timestamp_ms >= target), None)
+    if segment is None or segment.base_offset >= partition.log.log_start_offset:
+        return None
+    reader = broker.tiered_reader
+    offset = await reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target)
+    while offset <= segment.end_offset:
+        batches = await reader.read(partition.topic_id, partition.index, segment, offset, 1 << 20)
+        if not batches:
+            return None
+        for header, view in batches:
+            if header.max_timestamp >= target:
+                if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
+                    return header.base_offset, header.max_timestamp
+                return _first_in_batch(bytes(view), target, exact=False) or (header.last_offset, header.max_timestamp)
+        offset = batches[-1][0].last_offset + 1
+    return None
+
+
+def _first_in_batch(batch: bytes, target: int, exact: bool) -> tuple[int, int] | None:
+    for record in DefaultRecordBatch(batch):
+        if record.timestamp == target if exact else record.timestamp >= target:
+            return record.offset, record.timestamp
+    return None
+
+
 async def _first_record_at_or_after(
     broker: HandlerContext, entry: LogEntry, target: int, exact: bool
 ) -> tuple[int, int]:
@@ -110,7 +147,4 @@ async def _first_record_at_or_after(
     [pieces] = await batch_pieces(broker, [entry])
     if isinstance(pieces, Exception):
         raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {pieces}")
-    for record in DefaultRecordBatch(b"".join(pieces)):
-        if record.timestamp == target if exact else record.timestamp >= target:
-            return record.offset, record.timestamp
-    return header.last_offset, header.max_timestamp
+    return _first_in_batch(b"".join(pieces), target, exact) or (header.last_offset, header.max_timestamp)

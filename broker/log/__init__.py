@@ -10,6 +10,8 @@ from broker.log.partition_log import (
     OffsetOutOfRangeError,
     PartitionLog,
     RecoveryReport,
+    RemoteRetention,
+    SealedSegment,
 )
 
 __all__ = [
@@ -27,4 +29,6 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionLog",
     "RecoveryReport",
+    "RemoteRetention",
+    "SealedSegment",
 ]

@@ -53,6 +53,8 @@ class RemoteSegmentEvent(msgspec.Struct, array_like=True, frozen=True):
     size_bytes: int = 0
     max_timestamp_ms: int = -1
     plan_id: str = ""
+    index_bytes: int = 0  # sizes of the .index and .timeindex files: a reader GETs them whole
+    time_index_bytes: int = 0
 
 
 _ENCODER = msgspec.msgpack.Encoder()

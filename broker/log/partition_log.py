@@ -114,6 +114,26 @@ class LogEntry:
         return len(self.data)
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteRetention:
+    """Local retention of a partition with tiered segments: what they supersede (offsets below
+    `tiered_end`) may go once past these limits (local.retention.ms/bytes, resolved)."""
+
+    tiered_end: int
+    local_retention_ms: int
+    local_retention_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SealedSegment:
+    """What the offload planner needs of a sealed local segment."""
+
+    base_offset: int
+    next_offset: int
+    batch_bytes: int
+    largest_timestamp: int
+
+
 @dataclass(slots=True)
 class RecoveryReport:
     """What open() had to do; tests and metrics use it to check recovery stays proportional."""
@@ -336,6 +356,14 @@ class PartitionLog:
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        """Every sealed segment (all but the active one), oldest first."""
+        with self._lock:
+            return [
+                SealedSegment(seg.base_offset, nxt.base_offset, seg.batch_bytes(), _largest_timestamp(seg))
+                for seg, nxt in zip(self._segments, self._segments[1:])
+            ]
 
     def update_high_watermark(self, offset: int) -> int:
         """Move the high watermark forward to ``offset`` (never backwards); returns the new value."""
@@ -681,27 +709,32 @@ class PartitionLog:
         self._write_checkpoint()
         return self._log_start
 
-    def enforce_retention(self, now_ms: int | None = None) -> int:
+    def enforce_retention(self, now_ms: int | None = None, remote: RemoteRetention | None = None) -> int:
         """Delete the oldest segments past retention.ms (by largest timestamp) or retention.bytes.
 
         Never deletes the active segment or a segment with entries at or above the high
-        watermark. Advances the log start offset; returns how many segments were deleted.
+        watermark. With `remote` (a topic with tiered storage), only segments that tiered
+        segments supersede go, by the local retention limits, as Kafka's local retention does.
+        Advances the log start offset; returns how many segments were deleted.
         """
         with self._flush_lock, self._lock:
             self._check_open()
             cfg = self._config
             now = self._clock.now_ms() if now_ms is None else now_ms
             segs = self._segments
-            deletable = 0  # sealed segments entirely below the high watermark
-            while deletable + 1 < len(segs) and segs[deletable + 1].base_offset <= self._hw:
+            upto = self._hw if remote is None else min(self._hw, remote.tiered_end)
+            retention_ms = cfg.retention_ms if remote is None else remote.local_retention_ms
+            retention_bytes = cfg.retention_bytes if remote is None else remote.local_retention_bytes
+            deletable = 0  # sealed segments entirely below the high watermark (and tiered)
+            while deletable + 1 < len(segs) and segs[deletable + 1].base_offset <= upto:
                 deletable += 1
             by_time = 0
-            if cfg.retention_ms >= 0:
-                while by_time < deletable and now - _largest_timestamp(segs[by_time]) > cfg.retention_ms:
+            if retention_ms >= 0:
+                while by_time < deletable and now - _largest_timestamp(segs[by_time]) > retention_ms:
                     by_time += 1
             by_size = 0
-            if cfg.retention_bytes >= 0:
-                diff = self.size_bytes - cfg.retention_bytes
+            if retention_bytes >= 0:
+                diff = self.size_bytes - retention_bytes
                 while by_size < deletable and diff - self._segment_bytes(segs[by_size]) >= 0:
                     diff -= self._segment_bytes(segs[by_size])
                     by_size += 1
@@ -863,6 +896,8 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionLog",
     "RecoveryReport",
+    "RemoteRetention",
+    "SealedSegment",
     "LOG_SUFFIX",
     "INDEX_SUFFIX",
     "TIMEINDEX_SUFFIX",

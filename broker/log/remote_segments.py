@@ -65,6 +65,8 @@ class RemoteSegment(msgspec.Struct):
     size_bytes: int
     max_timestamp_ms: int
     plan_id: str
+    index_bytes: int = 0
+    time_index_bytes: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -83,6 +85,7 @@ _DECODER = msgspec.msgpack.Decoder(_Checkpoint)
 class RemoteSegments:
     def __init__(self, path: Path | None = None, applied_through: int = 0, segments: Iterable[RemoteSegment] = ()):
         self._path = path
+        self._known = path is not None and path.exists()
         self.applied_through = applied_through
         self._segments: dict[str, RemoteSegment] = {s.segment_id: s for s in segments}
         self._pending: list[tuple[int, int, RemoteSegmentEvent]] = []  # (offset, entry epoch, event)
@@ -107,6 +110,11 @@ class RemoteSegments:
             raise RemoteSegmentsError(f"{path}: CRC32C mismatch")
         ckpt = _DECODER.decode(body)
         return cls(path, ckpt.applied_through, ckpt.segments)
+
+    @property
+    def known(self) -> bool:
+        """Whether this partition ever had a marker (else opening it need not scan the log)."""
+        return self._known
 
     # -- what readers see ----------------------------------------------------------------------
     @property
@@ -146,6 +154,9 @@ class RemoteSegments:
     # -- markers -------------------------------------------------------------------------------
     def on_append(self, offset: int, entry_epoch: int, event: RemoteSegmentEvent) -> None:
         """A marker entered the log (leader append, replication, or replay at open)."""
+        if not self._known:  # the file now exists, so a restart replays the log from here
+            self._known, self.applied_through = True, offset
+            self.persist()
         if offset >= self.applied_through:
             self._pending.append((offset, entry_epoch, event))
 
@@ -208,6 +219,7 @@ class RemoteSegments:
                 )
                 return
             current.size_bytes, current.max_timestamp_ms = event.size_bytes, event.max_timestamp_ms
+            current.index_bytes, current.time_index_bytes = event.index_bytes, event.time_index_bytes
         if event.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED:
             self._segments.pop(event.segment_id, None)
             return

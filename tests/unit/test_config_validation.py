@@ -17,6 +17,8 @@ LONG_MAX = 2**63 - 1
 TOPIC_RANGES = {
     "retention.ms": (-1, None),
     "retention.bytes": (-1, None),
+    "local.retention.ms": (-2, None),
+    "local.retention.bytes": (-2, None),
     "segment.bytes": (14, INT_MAX),
     "segment.ms": (1, None),
     "segment.index.bytes": (4, INT_MAX),
@@ -32,6 +34,7 @@ TOPIC_CHOICES = {
     "cleanup.policy": (["delete"], ["compact", "compact,delete", "delete,compact", "Delete", ""]),
     "message.timestamp.type": (["CreateTime", "LogAppendTime"], ["createtime", "Whenever", ""]),
     "diskless.enable": (["true", "false", "TRUE", " false "], ["yes", "1", ""]),
+    "remote.storage.enable": (["true", "false"], ["yes", ""]),
 }
 
 

@@ -1,0 +1,418 @@
+"""The offload service: on each broker, for the diskless partitions it leads with
+`remote.storage.enable`, plan ready ranges, run a tiering job, commit what it produced, and
+apply retention to tiered segments (docs/architecture.md "Tiering").
+
+One cycle (every `tiering.interval.ms`, or on `shoal tiering run`):
+
+1. Clean up: a COPY_SEGMENT_STARTED segment that no job of this leader is working on (its job
+   died, or another leader planned it) and every segment past `retention.ms`/`retention.bytes`
+   (across tiers) get DELETE_SEGMENT_STARTED, their files deleted, DELETE_SEGMENT_FINISHED.
+2. Plan (planner.py) and append one COPY_SEGMENT_STARTED marker per range; once replicated,
+   write the plan object and run the job (runner.py).
+3. Commit: for each range whose result manifest exists and matches the plan, and whose
+   partition this broker still leads *in the planning epoch*, append COPY_SEGMENT_FINISHED.
+   A job planned under an old leader can never commit: its epoch no longer matches, and its
+   STARTED segment is cleaned up by step 1. Once FINISHED is committed, local retention may
+   drop the superseded local entries, and the WAL file manager then deletes the WAL objects
+   only they referenced.
+
+Nothing here is on the produce or fetch path: a missing Spark or a failing job leaves
+produce and consume working, with a backlog that `shoal_tiering_backlog_bytes` shows. After
+a failed job the next cycle waits twice as long (up to an hour), so a broken setup does not
+append markers every interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker.clock import Clock
+from broker.config import BrokerConfig
+from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent, RemoteSegmentState
+from broker.log.remote_segments import RemoteSegment
+from broker.objectstore.store import NotFound, ObjectStore, ObjectStoreError
+from broker.offload.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
+from broker.offload.runner import JobOutcome, SparkJobRunner
+from broker.partition import Partition
+from broker.protocol.errors import ApiError
+from tiering.plan import PLAN_VERSION, Plan, PlanFormatError, RangePlan, SegmentManifest, decode_manifest, encode_plan
+from walfiles.keys import SegmentFile, format_plan_key, format_tiered_segment_key
+
+if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics
+
+log = logging.getLogger(__name__)
+
+REPLICATION_WAIT_S = 30.0  # for the STARTED markers to commit before the job runs
+MAX_BACKOFF_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadSettings:
+    enable: bool
+    interval_ms: int
+    max_ranges_per_job: int
+    max_job_bytes: int
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> "OffloadSettings":
+        return cls(
+            config.tiering_enable,
+            config.tiering_interval_ms,
+            config.tiering_max_ranges_per_job,
+            config.tiering_max_job_bytes,
+        )
+
+
+@dataclass(slots=True)
+class PartitionStatus:
+    """What `shoal tiering status` shows for one led partition."""
+
+    topic: str
+    partition: int
+    tiered_segments: int
+    tiered_bytes: int
+    tiered_start: int
+    tiered_end: int
+    local_start: int
+    backlog_bytes: int
+
+
+@dataclass(slots=True)
+class RunReport:
+    """One cycle's outcome, kept for `shoal tiering status`."""
+
+    started_ms: int
+    finished_ms: int = 0
+    planned: int = 0
+    committed: int = 0
+    deleted: int = 0
+    failed: list[str] = field(default_factory=list)  # "topic-partition@offset: why"
+    job_error: str = ""
+
+
+class OffloadService:
+    def __init__(
+        self,
+        partitions: Callable[[], list[Partition]],
+        store: ObjectStore,
+        cluster_id: Callable[[], str],
+        runner: SparkJobRunner,
+        settings: OffloadSettings,
+        clock: Clock,
+        metrics: BrokerMetrics,
+        new_uuid: Callable[[], uuid.UUID],
+    ) -> None:
+        self._partitions = partitions
+        self._store = store
+        self._cluster_id = cluster_id
+        self._runner = runner
+        self._settings = settings
+        self._clock = clock
+        self._metrics = metrics
+        self._new_uuid = new_uuid
+        self._in_flight: set[str] = set()  # segment ids a job of this broker is working on
+        self._deleting: set[str] = set()  # segment ids marked DELETE_SEGMENT_STARTED, not committed yet
+        self._lock = asyncio.Lock()  # one cycle at a time (the loop and `shoal tiering run`)
+        self._task: asyncio.Task[None] | None = None
+        self._failures = 0
+        self.last_run: RunReport | None = None
+        self.last_success_ms = 0
+        metrics.tiering_backlog_bytes.set_function(lambda: self._backlog())
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            wait = min(self._settings.interval_ms * (2 ** min(self._failures, 10)), MAX_BACKOFF_MS)
+            await self._clock.sleep(wait / 1000)
+            try:
+                report = await self.run_once()
+            except Exception:
+                log.exception("tiering cycle failed")
+                self._failures += 1
+                continue
+            self._failures = self._failures + 1 if report.job_error or report.failed else 0
+
+    def eligible(self, topic: str | None = None, index: int | None = None) -> list[Partition]:
+        """Led diskless partitions with tiered storage on (optionally one topic or partition)."""
+        return [
+            p
+            for p in self._partitions()
+            if p.leader_state is not None
+            and p.settings.diskless
+            and p.settings.remote_storage
+            and (topic is None or p.topic == topic)
+            and (index is None or p.index == index)
+        ]
+
+    def status(self) -> list[PartitionStatus]:
+        now = self._clock.now_ms()
+        return [
+            PartitionStatus(
+                p.topic,
+                p.index,
+                len(p.remote_segments.readable),
+                p.remote_segments.size_bytes,
+                p.log_start_offset,
+                p.remote_segments.tiered_end,
+                p.log.log_start_offset,
+                backlog_bytes(p, now),
+            )
+            for p in self.eligible()
+        ]
+
+    def _backlog(self) -> int:
+        now = self._clock.now_ms()
+        return sum(backlog_bytes(p, now) for p in self.eligible())
+
+    async def run_once(self, topic: str | None = None, index: int | None = None) -> RunReport:
+        async with self._lock:
+            report = RunReport(started_ms=self._clock.now_ms())
+            self.last_run = report
+            partitions = self.eligible(topic, index)
+            for partition in partitions:
+                report.deleted += await self._clean_up(partition)
+            plan_id = str(self._new_uuid())
+            ranges = await self._plan(plan_id, partitions, report)
+            if ranges:
+                await self._run_job(plan_id, ranges, report)
+            report.finished_ms = self._clock.now_ms()
+            if not report.job_error and not report.failed:
+                self.last_success_ms = report.finished_ms
+                self._metrics.tiering_last_success.set(report.finished_ms / 1000)
+            return report
+
+    # -- 1. clean up ---------------------------------------------------------------------------
+    async def _clean_up(self, partition: Partition) -> int:
+        """Mark orphaned and expired segments DELETE_SEGMENT_STARTED; delete the files of those
+        whose mark has committed (readers no longer see them) and mark them finished."""
+        remote = partition.remote_segments
+        doomed = [
+            s for s in remote.in_state(RemoteSegmentState.COPY_SEGMENT_STARTED) if s.segment_id not in self._in_flight
+        ] + self._expired(partition)
+        for segment in doomed:
+            if segment.segment_id in self._deleting:
+                continue  # marked in an earlier cycle, not committed yet
+            try:
+                self._mark(partition, segment, RemoteSegmentState.DELETE_SEGMENT_STARTED)
+                self._deleting.add(segment.segment_id)
+            except ApiError as exc:
+                log.warning(
+                    "%s-%d: cannot mark %s for deletion: %s", partition.topic, partition.index, segment.segment_id, exc
+                )
+        deleted = 0
+        for segment in remote.in_state(RemoteSegmentState.DELETE_SEGMENT_STARTED):
+            try:
+                keys = [self._key(partition, segment, f) for f in SegmentFile]
+                refused = sorted(set(keys) - set(await self._store.delete_many(keys)))
+                if refused:
+                    log.warning("%s-%d: could not delete %s; will retry", partition.topic, partition.index, refused)
+                    continue
+                self._mark(partition, segment, RemoteSegmentState.DELETE_SEGMENT_FINISHED)
+            except (ApiError, ObjectStoreError) as exc:
+                log.warning(
+                    "%s-%d: tiered segment %s not deleted yet: %s",
+                    partition.topic,
+                    partition.index,
+                    segment.segment_id,
+                    exc,
+                )
+                continue
+            self._deleting.discard(segment.segment_id)
+            deleted += 1
+            self._metrics.tiering_segments.labels("deleted").inc()
+        return deleted
+
+    def _expired(self, partition: Partition) -> list[RemoteSegment]:
+        """Readable segments past retention.ms or beyond retention.bytes (counted across tiers),
+        oldest first; Kafka's retention for a topic with tiered storage."""
+        cfg = partition.settings.log
+        now = self._clock.now_ms()
+        readable = partition.remote_segments.readable
+        total = partition.remote_segments.size_bytes + partition.log.size_bytes
+        expired = []
+        for segment in readable:
+            by_time = cfg.retention_ms >= 0 and now - segment.max_timestamp_ms > cfg.retention_ms
+            by_size = cfg.retention_bytes >= 0 and total - segment.size_bytes >= cfg.retention_bytes
+            if not (by_time or by_size):
+                break
+            expired.append(segment)
+            total -= segment.size_bytes
+        return expired
+
+    # -- 2. plan ---------------------------------------------------------------------------------
+    async def _plan(
+        self, plan_id: str, partitions: list[Partition], report: RunReport
+    ) -> list[tuple[Partition, RangePlan]]:
+        now = self._clock.now_ms()
+        budget_ranges, budget_bytes = self._settings.max_ranges_per_job, self._settings.max_job_bytes
+        chosen: list[tuple[Partition, ReadyRange]] = []
+        for partition in partitions:
+            if budget_ranges <= 0 or budget_bytes <= 0:
+                break
+            ready = ready_ranges(partition, now, budget_ranges, budget_bytes)
+            budget_ranges -= len(ready)
+            budget_bytes -= sum(r.batch_bytes for r in ready)
+            chosen += [(partition, r) for r in ready]
+        planned: list[tuple[Partition, RangePlan, int]] = []
+        for partition, one in chosen:
+            try:
+                plan = plan_range(partition, one, plan_id)
+                offset = partition.append_marker(_event(plan, RemoteSegmentState.COPY_SEGMENT_STARTED, plan_id))
+            except ApiError as exc:
+                report.failed.append(f"{partition.topic}-{partition.index}@{one.base_offset}: {exc}")
+                continue
+            self._in_flight.add(plan.segment_id)
+            planned.append((partition, plan, offset))
+        ready_to_run: list[tuple[Partition, RangePlan]] = []
+        for partition, plan, offset in planned:
+            try:
+                await partition.wait_replicated(offset + 1, REPLICATION_WAIT_S)
+            except ApiError as exc:
+                self._in_flight.discard(plan.segment_id)
+                report.failed.append(f"{partition.topic}-{partition.index}@{plan.base_offset}: {exc}")
+                continue
+            ready_to_run.append((partition, plan))
+        report.planned = len(ready_to_run)
+        return ready_to_run
+
+    # -- 3. run and commit ---------------------------------------------------------------------
+    async def _run_job(self, plan_id: str, ranges: list[tuple[Partition, RangePlan]], report: RunReport) -> None:
+        plan = Plan(PLAN_VERSION, plan_id, self._cluster_id(), -1, self._clock.now_ms(), [r for _p, r in ranges])
+        key = format_plan_key("", self._cluster_id(), uuid.UUID(plan_id))
+        started = self._clock.monotonic()
+        try:
+            await self._store.put(key, encode_plan(plan))
+            outcome = await self._runner.run(key)
+        except ObjectStoreError as exc:
+            outcome = JobOutcome(False, None, f"cannot write the plan: {exc}")
+        finally:
+            self._metrics.tiering_job_seconds.observe(self._clock.monotonic() - started)
+        self._metrics.tiering_jobs.labels("ok" if outcome.ok else "failed").inc()
+        if not outcome.ok:
+            report.job_error = outcome.error
+            log.warning("tiering job %s: %s", plan_id, outcome.error)
+        try:
+            for partition, planned in ranges:
+                why = await self._commit(partition, planned)
+                if why:
+                    report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
+                else:
+                    report.committed += 1
+        finally:
+            for _partition, planned in ranges:
+                self._in_flight.discard(planned.segment_id)
+            try:
+                await self._store.delete_many([key])
+            except ObjectStoreError:
+                pass  # an orphan plan costs a few bytes; the next cleanup of the prefix takes it
+
+    async def _commit(self, partition: Partition, planned: RangePlan) -> str:
+        """Append COPY_SEGMENT_FINISHED for one range; returns why not ("" when done)."""
+        manifest = await self._manifest(partition, planned)
+        if isinstance(manifest, str):
+            return manifest
+        if partition.leader_state is None or partition.leader_epoch != planned.leader_epoch:
+            return f"leadership moved (planned in epoch {planned.leader_epoch}, now {partition.leader_epoch})"
+        current = next((s for s in partition.remote_segments.segments if s.segment_id == planned.segment_id), None)
+        if current is None or current.state != RemoteSegmentState.COPY_SEGMENT_STARTED:
+            return "the segment is no longer COPY_SEGMENT_STARTED"
+        if partition.log.log_start_offset > planned.base_offset:
+            return "the range left the local log before the commit"
+        event = RemoteSegmentEvent(
+            EVENT_VERSION,
+            RemoteSegmentState.COPY_SEGMENT_FINISHED,
+            planned.segment_id,
+            planned.base_offset,
+            planned.next_offset - 1,
+            planned.leader_epoch,
+            manifest.size_bytes,
+            manifest.max_timestamp_ms,
+            manifest.plan_id,
+            manifest.files[SegmentFile.OFFSET_INDEX.value].size,
+            manifest.files[SegmentFile.TIME_INDEX.value].size,
+        )
+        try:
+            partition.append_marker(event)
+        except ApiError as exc:
+            return str(exc)
+        self._metrics.tiering_segments.labels("committed").inc()
+        self._metrics.tiering_bytes.inc(manifest.size_bytes)
+        return ""
+
+    async def _manifest(self, partition: Partition, planned: RangePlan) -> SegmentManifest | str:
+        key = format_tiered_segment_key(
+            "",
+            self._cluster_id(),
+            uuid.UUID(planned.topic_id),
+            planned.partition,
+            planned.base_offset,
+            uuid.UUID(planned.segment_id),
+            SegmentFile.MANIFEST,
+        )
+        try:
+            manifest = decode_manifest(await self._store.get(key))
+        except NotFound:
+            return "the job wrote no result manifest"
+        except (ObjectStoreError, PlanFormatError) as exc:
+            return f"unreadable result manifest: {exc}"
+        if (manifest.base_offset, manifest.end_offset, manifest.segment_id) != (
+            planned.base_offset,
+            planned.next_offset - 1,
+            planned.segment_id,
+        ):
+            return "the result manifest does not match the plan"
+        return manifest
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _mark(self, partition: Partition, segment: RemoteSegment, state: RemoteSegmentState) -> None:
+        partition.append_marker(
+            RemoteSegmentEvent(
+                EVENT_VERSION,
+                state,
+                segment.segment_id,
+                segment.base_offset,
+                segment.end_offset,
+                segment.leader_epoch,
+                segment.size_bytes,
+                segment.max_timestamp_ms,
+                segment.plan_id,
+            )
+        )
+
+    def _key(self, partition: Partition, segment: RemoteSegment, file: SegmentFile) -> str:
+        return format_tiered_segment_key(
+            "",
+            self._cluster_id(),
+            uuid.UUID(partition.topic_id),
+            partition.index,
+            segment.base_offset,
+            uuid.UUID(segment.segment_id),
+            file,
+        )
+
+
+def _event(plan: RangePlan, state: RemoteSegmentState, plan_id: str) -> RemoteSegmentEvent:
+    return RemoteSegmentEvent(
+        EVENT_VERSION,
+        state,
+        plan.segment_id,
+        plan.base_offset,
+        plan.next_offset - 1,
+        plan.leader_epoch,
+        plan.size_bytes,
+        -1,
+        plan_id,
+    )
