@@ -31,7 +31,6 @@ from tiering.assemble import assemble_range
 from tiering.plan import RangePlan, decode_plan
 
 
-
 def assemble_task(store_url: str, cluster_id: str, plan_id: str, encoded_range: bytes) -> dict[str, Any]:
     """One Spark task: assemble one range; never raises (the result says what went wrong)."""
     planned = msgspec.msgpack.decode(encoded_range, type=RangePlan)
