@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 
