@@ -59,6 +59,17 @@ class AdminClient:
             return response.result
         raise AdminError("no bootstrap broker answered: " + "; ".join(errors))
 
+    def call_at(self, address: tuple[str, int], command: str, args: dict[str, Any] | None = None) -> Any:
+        """The command's result from one given broker (commands every broker answers for
+        itself, like `tiering.*`); AdminError when it fails or does not answer."""
+        try:
+            response = self._send(address, command, args or {})
+        except OSError as exc:
+            raise AdminError(f"{address[0]}:{address[1]} did not answer: {exc}") from None
+        if response.error_code:
+            raise AdminError(f"{address[0]}:{address[1]}: {_error_name(response.error_code)}: {response.error_message}")
+        return response.result
+
     def _send(self, address: tuple[str, int], command: str, args: dict[str, Any]) -> AdminResponse:
         correlation_id = next(self._ids)
         frame = encode_request(AdminRequest(correlation_id, "shoal-cli", command, args))

@@ -92,7 +92,82 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--format", choices=["text", "json"], default="text")
         if name == "gc":
             sub.add_argument("--dry-run", action="store_true", help="delete nothing; print what would go and why")
+    tiering = commands.add_parser("tiering", help="tiered storage: backlog, tiered segments, jobs").add_subparsers(
+        dest="tiering_command", required=True
+    )
+    for name, what in (
+        ("status", "per led partition: tiered segments and bytes, backlog, last run and failures"),
+        ("run", "run a tiering cycle now on every broker (plan, Spark job, commit)"),
+    ):
+        sub = tiering.add_parser(name, help=what)
+        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]", help="any broker")
+        sub.add_argument("--topic", help="only this topic")
+        sub.add_argument("--format", choices=["text", "json"], default="text")
+        if name == "run":
+            sub.add_argument("--partition", type=int, help="only this partition (with --topic)")
+            sub.add_argument("--wait", action="store_true", help="wait for each broker's cycle and print its outcome")
     return parser
+
+
+def _tiering(args: argparse.Namespace) -> int:
+    """Exit status: 0 ok, 1 error (a broker did not answer, or --wait saw a failed range), 2 usage."""
+    import json
+
+    from .admin_client import AdminClient, AdminError, parse_bootstrap
+    from .offload.render import run_text, status_text
+
+    try:
+        client = AdminClient(parse_bootstrap(args.bootstrap_server), timeout_s=3600.0)
+    except ValueError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 2
+    if getattr(args, "partition", None) is not None and args.topic is None:
+        print("shoal: --partition needs --topic", file=sys.stderr)
+        return 2
+    filters = {
+        k: v for k, v in (("topic", args.topic), ("partition", getattr(args, "partition", None))) if v is not None
+    }
+    try:
+        first = client.call("tiering.status", filters)
+    except AdminError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 1
+    answers: list = []
+    errors: list[str] = []
+    addresses = [(b["host"], b["port"]) for b in first["brokers"]]
+    if args.tiering_command == "status":
+        for address in addresses:
+            try:
+                answers.append(client.call_at(address, "tiering.status", filters))
+            except AdminError as exc:
+                errors.append(str(exc))
+    elif not args.wait:
+        for address in addresses:  # each broker starts its cycle and answers at once
+            try:
+                client.call_at(address, "tiering.run", {**filters, "wait": False})
+            except AdminError as exc:
+                errors.append(str(exc))
+        print(
+            f"started a tiering cycle on {len(addresses) - len(errors)} broker(s); `shoal tiering status` shows the outcome"
+        )
+        for error in errors:
+            print(f"shoal: {error}", file=sys.stderr)
+        return 1 if errors else 0
+    else:
+        for address in addresses:
+            print(f"broker {address[0]}:{address[1]}: running...", file=sys.stderr, flush=True)
+            try:
+                answers.append(client.call_at(address, "tiering.run", filters))
+            except AdminError as exc:
+                errors.append(str(exc))
+    if args.format == "json":
+        print(json.dumps({"brokers": answers, "errors": errors}, indent=2, sort_keys=True))
+    else:
+        print(status_text(answers) if args.tiering_command == "status" else run_text(answers))
+    for error in errors:
+        print(f"shoal: {error}", file=sys.stderr)
+    failed = any(a["run"]["failed"] or a["run"]["job_error"] for a in answers if "run" in a)
+    return 1 if errors or failed else 0
 
 
 def _walfiles(args: argparse.Namespace) -> int:
@@ -135,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "walfiles":
         return _walfiles(args)
+    if args.command == "tiering":
+        return _tiering(args)
     if args.command == "dev":
         from .devcluster.cluster import main as dev_cluster  # late: the broker needs none of it
 

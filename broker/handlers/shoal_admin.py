@@ -1,6 +1,11 @@
 """The Shoal admin API's commands (protocol/admin.py has the frames): what `shoal walfiles
-status|gc` ask. The WAL file manager runs on the controller; any other broker answers
-NOT_CONTROLLER with the controller's address, and the CLI asks there."""
+status|gc` and `shoal tiering status|run` ask.
+
+The WAL file manager runs on the controller; any other broker answers `walfiles.*` with
+NOT_CONTROLLER and the controller's address, and the CLI asks there. Tiering runs on every
+partition leader: `tiering.*` answers for the partitions this broker leads, plus the list of
+data brokers, so the CLI asks each of them in turn.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from ..context import HandlerContext
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
 
-COMMANDS = ("walfiles.status", "walfiles.gc")
+COMMANDS = ("walfiles.status", "walfiles.gc", "tiering.status", "tiering.run")
 
 
 async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse:
@@ -21,6 +26,8 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
 
     if request.command not in COMMANDS:
         return answer(None, ErrorCode.INVALID_REQUEST, f"unknown command {request.command!r}; known: {list(COMMANDS)}")
+    if request.command.startswith("tiering."):
+        return await _tiering(broker, request, answer)
     manager = broker.wal_files
     if not manager.status().active:
         controller = broker.view.brokers.get(broker.view.controller_id)
@@ -34,3 +41,31 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
     if not isinstance(dry_run, bool):
         return answer(None, ErrorCode.INVALID_REQUEST, "dry_run must be true or false")
     return answer(msgspec.to_builtins(await manager.run_cycle(dry_run=dry_run)))
+
+
+async def _tiering(broker: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:
+    topic, index = request.args.get("topic"), request.args.get("partition")
+    if topic is not None and not isinstance(topic, str) or index is not None and not isinstance(index, int):
+        return answer(None, ErrorCode.INVALID_REQUEST, "topic must be a string and partition an integer")
+    service = broker.offload
+    brokers = [
+        {"node_id": b.node_id, "host": b.host, "port": b.port}
+        for b in sorted(broker.view.brokers.values(), key=lambda b: b.node_id)
+        if not b.stateless
+    ]
+    if request.command == "tiering.run":
+        if request.args.get("wait", True) is False:
+            service.trigger(topic, index)
+            return answer({"node_id": broker.node_id, "brokers": brokers, "started": True})
+        report = await service.run_once(topic, index)
+        return answer({"node_id": broker.node_id, "brokers": brokers, "run": msgspec.to_builtins(report)})
+    last = service.last_run
+    status = {
+        "node_id": broker.node_id,
+        "brokers": brokers,
+        "enabled": broker.config.tiering_enable and not broker.config.stateless,
+        "partitions": [msgspec.to_builtins(s) for s in service.status() if topic in (None, s.topic)],
+        "last_run": None if last is None else msgspec.to_builtins(last),
+        "last_success_ms": service.last_success_ms,
+    }
+    return answer(status)

@@ -239,6 +239,25 @@ class RemoteSegments:
         )
         self._bases = [s.base_offset for s in self._readable]
 
+    def snapshot(self) -> bytes:
+        """The applied state, for a follower that starts over above the markers (install)."""
+        return _ENCODER.encode(_Checkpoint(self.applied_through, self.segments))
+
+    def install(self, snapshot: bytes, log_start_offset: int) -> None:
+        """Take the leader's applied state (a follower whose log restarts at
+        `log_start_offset`, above markers it never saw). Markers from `log_start_offset` on
+        are replicated as usual; applying one again is a repeat, which the rules allow."""
+        try:
+            leader = _DECODER.decode(snapshot)
+        except msgspec.DecodeError as exc:
+            log.warning("ignoring an unreadable remote-segments snapshot from the leader: %s", exc)
+            return
+        self._segments = {s.segment_id: s for s in leader.segments}
+        self._pending = [p for p in self._pending if p[0] >= log_start_offset]
+        self._known, self.applied_through = True, log_start_offset
+        self._reindex()
+        self.persist()
+
     def persist(self) -> None:
         if self._path is None:
             return

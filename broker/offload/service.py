@@ -120,6 +120,7 @@ class OffloadService:
         self._deleting: set[str] = set()  # segment ids marked DELETE_SEGMENT_STARTED, not committed yet
         self._lock = asyncio.Lock()  # one cycle at a time (the loop and `shoal tiering run`)
         self._task: asyncio.Task[None] | None = None
+        self._triggered: asyncio.Task[RunReport] | None = None
         self._failures = 0
         self.last_run: RunReport | None = None
         self.last_success_ms = 0
@@ -129,9 +130,15 @@ class OffloadService:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._triggered):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def trigger(self, topic: str | None = None, index: int | None = None) -> None:
+        """Start a cycle now without waiting for it (`shoal tiering run` without --wait)."""
+        if self._triggered is None or self._triggered.done():
+            self._triggered = asyncio.get_running_loop().create_task(self.run_once(topic, index))
 
     async def _loop(self) -> None:
         while True:

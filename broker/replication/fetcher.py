@@ -145,6 +145,8 @@ class ReplicaFetcher:
             and result.log_start_offset > partition.log.log_end_offset
         ):
             partition.restart_at(result.log_start_offset)
+            if result.remote_segments:  # what the leader tiered below its log: now ours too
+                partition.remote_segments.install(result.remote_segments, result.log_start_offset)
             return True
         if result.error_code:
             log.debug(

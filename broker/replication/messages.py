@@ -37,6 +37,9 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
     diverging_epoch: int = NO_DIVERGENCE  # with diverging_end_offset: where the logs part
     diverging_end_offset: int = NO_DIVERGENCE
     entries: list[tuple[int, bytes]] = []
+    # With OFFSET_OUT_OF_RANGE below the leader's local log: the leader's tiered segments
+    # (remote_segments.py snapshot), so a follower starting over there knows them too.
+    remote_segments: bytes = b""
 
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):

@@ -6,9 +6,13 @@ reclaimed; a broker killed mid-job loses nothing and the range commits once afte
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +187,65 @@ def test_tiered_topic_reads_across_tiers_and_reclaims_wal_objects(broker_factory
         what=f"WAL objects of tiered ranges reclaimed (peak {wal_peak})",
     )
     assert scrape(broker.metrics_port, "shoal_tiering_jobs_total") >= 1
+
+
+def shoal(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "broker", *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def job_pids(parent: int) -> list[int]:
+    """The tiering jobs (spark_jobs.assemble_segments) the broker `parent` started."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = int(next(l for l in status.read_text().splitlines() if l.startswith("PPid:")).split()[1])
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except (OSError, StopIteration, ValueError):
+            continue
+        if ppid == parent and b"spark_jobs.assemble_segments" in cmdline:
+            found.append(int(status.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "zombie" not in (Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].splitlines()[0])
+    except (OSError, IndexError):
+        return False
+
+
+def test_broker_killed_mid_job_loses_nothing_and_the_range_commits_once(broker_factory, moto_server) -> None:
+    require_spark()
+    prefix = f"tiering-{uuid.uuid4().hex[:6]}"
+    url = f"s3://{moto_server.bucket}/{prefix}?endpoint=http://127.0.0.1:{moto_server.port}&region=us-east-1"
+    settings = {**SETTINGS, "tiering.interval.ms": "3600000"}  # cycles only when asked
+    extra = ["--object-store", url] + [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")]
+    broker = broker_factory("killed", extra_args=extra)
+    create(broker.bootstrap, "tiered", 1, TOPIC)
+    sent = make_records(1200, partitions=1, base_ts=int(time.time() * 1000) - 600_000, tag="old")
+    produce_in_batches(broker.bootstrap, "tiered", sent)
+
+    started = shoal("tiering", "run", "--bootstrap-server", broker.bootstrap)
+    assert started.returncode == 0, started.stderr
+    pid = broker.pid
+    assert pid is not None
+    [job] = wait_until(lambda: job_pids(pid), 30, interval_s=0.1, what="the tiering job running")
+    time.sleep(2)  # Spark is starting or assembling
+    broker.kill()  # kill -9 of the broker mid-job
+    wait_until(lambda: not alive(job), 30, interval_s=0.2, what="the job dying with its broker")
+
+    broker.restart(graceful=False)
+    assert_all_in_order(sent, consume_kafka_python(broker.bootstrap, "tiered", 1, len(sent)), "after the kill")
+    for _ in range(2):  # the first cycle abandons the dead job's segments and tiers again; the next deletes them
+        ran = shoal("tiering", "run", "--wait", "--bootstrap-server", broker.bootstrap, "--format", "json")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    status = json.loads(shoal("tiering", "status", "--bootstrap-server", broker.bootstrap, "--format", "json").stdout)
+    [partition] = status["brokers"][0]["partitions"]
+    assert partition["tiered_segments"] >= 1 and partition["tiered_start"] == 0, partition
+    manifests = [k for k in s3_keys(moto_server, prefix) if k.endswith(".manifest")]
+    assert len(manifests) == partition["tiered_segments"], "files of the dead job's segments are gone"
+    assert_all_in_order(sent, consume_confluent(broker.bootstrap, "tiered", 1, len(sent)), "after tiering")
+    text = shoal("tiering", "status", "--bootstrap-server", broker.bootstrap)
+    assert text.returncode == 0 and "tiered" in text.stdout and "TIERED SEGMENTS" in text.stdout, text.stdout
