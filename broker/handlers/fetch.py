@@ -170,6 +170,15 @@ def _read_all(
                     if read.error_code:  # answered by a replica elsewhere
                         raise ApiError(ErrorCode(read.error_code), "remote replica read failed")
                     entries = _within(read.entries, limit, first_batch_pending)
+                    if read.tiered is not None:  # read the segment here, in this broker's AZ
+                        tiered = TieredRead(
+                            str(topic.topic_id),
+                            index,
+                            read.tiered,
+                            fetch_partition.fetch_offset,
+                            limit,
+                            first_batch_pending,
+                        )
                     high_watermark, log_start_offset = read.high_watermark, read.log_start_offset
                 else:
                     partition = fetch_replica(broker, topic, index)
@@ -220,7 +229,8 @@ def _read_all(
 class TieredRead:
     """A partition's answer that comes from a tiered segment (offset below the local log)."""
 
-    partition: Partition
+    topic_id: str
+    index: int
     segment: RemoteSegment
     offset: int
     limit: int
@@ -233,17 +243,18 @@ def _tiered(partition: Partition, offset: int, limit: int, first_batch_pending: 
     segment = partition.remote_segments.segment_for(offset)
     if segment is None:
         return None
-    return TieredRead(partition, segment, offset, limit, first_batch_pending)
+    return TieredRead(partition.topic_id, partition.index, segment, offset, limit, first_batch_pending)
 
 
 async def _read_tiered(broker: HandlerContext, response: Any, read: TieredRead) -> None:
     """Fill a partition's records from its tiered segment (KIP-74 sizing as for local reads)."""
-    p = read.partition
     try:
-        batches = await broker.tiered_reader.read(p.topic_id, p.index, read.segment, read.offset, max(read.limit, 0))
+        batches = await broker.tiered_reader.read(
+            read.topic_id, read.index, read.segment, read.offset, max(read.limit, 0)
+        )
     except Exception as exc:  # noqa: BLE001 - the store's errors or a damaged segment: this partition only
         logger.warning(
-            "fetch of %s-%d could not read tiered segment %s: %s", p.topic, p.index, read.segment.segment_id, exc
+            "fetch of partition %d could not read tiered segment %s: %s", read.index, read.segment.segment_id, exc
         )
         response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         return

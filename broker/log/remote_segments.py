@@ -80,6 +80,16 @@ class _Checkpoint(msgspec.Struct, array_like=True):
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(_Checkpoint)
+_SEGMENT_DECODER = msgspec.msgpack.Decoder(RemoteSegment)
+
+
+def encode_segment(segment: RemoteSegment) -> bytes:
+    """One segment's description, for a broker that reads it without hosting the partition."""
+    return _ENCODER.encode(segment)
+
+
+def decode_segment(data: bytes) -> RemoteSegment:
+    return _SEGMENT_DECODER.decode(data)
 
 
 class RemoteSegments:

@@ -36,6 +36,9 @@ class ReadResult(msgspec.Struct, array_like=True, frozen=True):
     high_watermark: int
     log_start_offset: int
     entries: list[tuple[int, bytes]] = []
+    # The offset lies in a tiered segment: its description (remote_segments.py RemoteSegment,
+    # msgpack), and the asking broker reads the segment from the object store itself.
+    tiered: bytes = b""
 
 
 class ReplicaReadResponse(msgspec.Struct, tag="replica_read_response", array_like=True, frozen=True):

@@ -1,7 +1,8 @@
 """Entries for brokers without a replica: a broker that serves a diskless partition it does
 not host (a stateless broker, or any broker representing the partition in its AZ) asks a
 replica in its own AZ for the committed entries of an offset range, then reads the batches
-from its object cache or the object store. Only partition-log entries (about 120 bytes per
+from its object cache or the object store. Below the replica's local log, the answer is the
+tiered segment holding the offset, which the asking broker reads from the store itself. Only partition-log entries (about 120 bytes per
 batch) travel between brokers; record bytes never do. Long-polls like a consumer fetch.
 
 A replica that is not the leader serves only the offsets it holds, up to its high
@@ -15,6 +16,7 @@ import asyncio
 import uuid
 from typing import TYPE_CHECKING
 
+from ..log.remote_segments import encode_segment
 from ..protocol.errors import ApiError, ErrorCode
 from ..reads.replica_policy import holds, is_authoritative
 from ..reads.resolver import SERVED_KINDS
@@ -56,6 +58,16 @@ class ReplicaReadService:
             partition = self._replicas.get(self._name(wanted), wanted.partition)
             log = partition.log
             hw = log.high_watermark
+            segment = partition.remote_segments.segment_for(wanted.fetch_offset)
+            if segment is not None and wanted.fetch_offset < log.log_start_offset:
+                return ReadResult(
+                    wanted.topic_id,
+                    wanted.partition,
+                    0,
+                    hw,
+                    partition.log_start_offset,
+                    tiered=encode_segment(segment),
+                )
             if not holds(partition, wanted.fetch_offset):
                 if not is_authoritative(partition):  # only the leader knows whether the offset is valid
                     raise ApiError(
@@ -73,7 +85,7 @@ class ReplicaReadService:
                 wanted.partition,
                 0,
                 hw,
-                log.log_start_offset,
+                partition.log_start_offset,
                 [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS],  # type: ignore[misc]  # msgspec sends a memoryview as bytes
             )
         except ApiError as exc:

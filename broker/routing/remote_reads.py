@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ..log import EntryKind, LogEntry
+from ..log.remote_segments import RemoteSegment, decode_segment
 from ..protocol.batch import parse_header
 from ..protocol.errors import ErrorCode
 from ..reads.replica_policy import ReplicaSite, leader_of, source_replica
@@ -29,7 +30,7 @@ Wanted = tuple[str, int, str, int, int]  # topic name, partition, topic id, fetc
 class RemoteRead:
     """One partition's answer, shaped like what a local log read gives the fetch handler."""
 
-    __slots__ = ("error_code", "high_watermark", "log_start_offset", "entries")
+    __slots__ = ("error_code", "high_watermark", "log_start_offset", "entries", "tiered")
 
     def __init__(self, result: ReadResult) -> None:
         self.error_code = result.error_code
@@ -38,6 +39,7 @@ class RemoteRead:
         self.entries = [
             LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries
         ]
+        self.tiered: RemoteSegment | None = decode_segment(result.tiered) if result.tiered else None
 
 
 async def read_remote(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.etcd_server import require_etcd_binary
 from tests.gates import require_spark
 from tests.tiering.kafka_segment_reader import check_segment
 
@@ -195,6 +196,14 @@ def shoal(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str
     )
 
 
+def tiering_status(bootstrap: str) -> list[dict]:
+    """Every led partition's row of `shoal tiering status --format json` ([] if it fails)."""
+    result = shoal("tiering", "status", "--bootstrap-server", bootstrap, "--format", "json")
+    if result.returncode != 0:
+        return []
+    return [p for answer in json.loads(result.stdout)["brokers"] for p in answer["partitions"]]
+
+
 def job_pids(parent: int) -> list[int]:
     """The tiering jobs (spark_jobs.assemble_segments) the broker `parent` started."""
     found = []
@@ -249,3 +258,48 @@ def test_broker_killed_mid_job_loses_nothing_and_the_range_commits_once(broker_f
     assert_all_in_order(sent, consume_confluent(broker.bootstrap, "tiered", 1, len(sent)), "after tiering")
     text = shoal("tiering", "status", "--bootstrap-server", broker.bootstrap)
     assert text.returncode == 0 and "tiered" in text.stdout and "TIERED SEGMENTS" in text.stdout, text.stdout
+
+
+def test_each_az_reads_tiered_segments_itself_followers_and_stateless_brokers(tmp_path: Path) -> None:
+    """Two AZs, each with a data broker and a stateless one; the partition's leader in az1 tiers
+    it; a consumer in each AZ (client.rack, its AZ's brokers only) reads every record from the
+    earliest offset: the tiered range is read from the store by a broker of its own AZ (the
+    follower or the stateless broker), so no record byte crosses an AZ."""
+    require_spark()
+    require_etcd_binary()
+    from broker.devcluster import DevCluster
+    from tests.integration.test_cluster import create as create_placed
+
+    with DevCluster(2, 2, stateless_per_az=1, work_dir=tmp_path / "cluster", settings=SETTINGS) as cluster:
+        create_placed(cluster, "tiered", [[0, 1]], **TOPIC)
+        sent = make_records(1200, partitions=1, base_ts=int(time.time() * 1000) - 600_000, tag="old")
+        produce_in_batches(cluster.bootstrap, "tiered", sent)
+        wait_until(
+            lambda: scrape(cluster.broker(0).metrics_port, "shoal_tiering_segments_total") >= 1,
+            120,
+            interval_s=1,
+            what="a tiered segment committed by the leader",
+        )
+        wait_until(  # the leader dropped the tiered range locally; the follower follows
+            lambda: (rows := tiering_status(cluster.bootstrap)) and all(p["local_start"] > 0 for p in rows),
+            60,
+            interval_s=1,
+            what="the local log starting above the tiered range",
+        )
+        for az in ("az1", "az2"):
+            got = consume_confluent(
+                cluster.bootstrap_by_az[az],
+                "tiered",
+                1,
+                len(sent),
+                timeout_s=90,
+                client_rack=az,
+                client_id=f"shoal_az={az}",
+            )
+            assert_all_in_order(sent, got, f"consumer in {az}")
+            readers = [b for b in cluster.brokers if b.az == az]
+            assert sum(scrape(b.metrics_port, "shoal_tiered_read_bytes_total") for b in readers) > 0, (
+                f"a broker of {az} read the tiered segment itself"
+            )
+        records = sum(scrape(b.metrics_port, 'shoal_cross_az_bytes_total{kind="records"}') for b in cluster.brokers)
+        assert records == 0, f"{records} record bytes crossed an AZ"
