@@ -27,10 +27,13 @@ class ReadyRange:
     batch_bytes: int
 
 
-def ready_ranges(partition: Partition, now_ms: int, max_ranges: int, max_bytes: int) -> list[ReadyRange]:
-    """The ranges to offload now, oldest first, at most `max_ranges` and about `max_bytes`."""
+def ready_ranges(
+    partition: Partition, now_ms: int, max_ranges: int, max_bytes: int, even_if_planned: bool = False
+) -> list[ReadyRange]:
+    """The ranges to offload now, oldest first, at most `max_ranges` and about `max_bytes`;
+    none while a planned segment is unresolved, unless `even_if_planned` (the backlog)."""
     remote = partition.remote_segments
-    if remote.in_state(RemoteSegmentState.COPY_SEGMENT_STARTED):
+    if remote.in_state(RemoteSegmentState.COPY_SEGMENT_STARTED) and not even_if_planned:
         return []
     settings = partition.settings
     log = partition.log
@@ -55,7 +58,7 @@ def ready_ranges(partition: Partition, now_ms: int, max_ranges: int, max_bytes: 
 
 def backlog_bytes(partition: Partition, now_ms: int) -> int:
     """Batch bytes of the ranges that are ready but not tiered (the backlog a stalled job leaves)."""
-    return sum(r.batch_bytes for r in ready_ranges(partition, now_ms, 1 << 30, 1 << 62))
+    return sum(r.batch_bytes for r in ready_ranges(partition, now_ms, 1 << 30, 1 << 62, even_if_planned=True))
 
 
 def plan_range(partition: Partition, ready: ReadyRange, plan_id: str) -> RangePlan:

@@ -303,3 +303,35 @@ def test_each_az_reads_tiered_segments_itself_followers_and_stateless_brokers(tm
             )
         records = sum(scrape(b.metrics_port, 'shoal_cross_az_bytes_total{kind="records"}') for b in cluster.brokers)
         assert records == 0, f"{records} record bytes crossed an AZ"
+
+
+def test_without_spark_produce_and_consume_work_and_the_backlog_shows(broker_factory, moto_server) -> None:
+    """A broken job setup (here: no spark-submit) fails every job; clients do not notice, the
+    backlog metric grows, status names the failure, and failed cycles back off."""
+    prefix = f"tiering-{uuid.uuid4().hex[:6]}"
+    url = f"s3://{moto_server.bucket}/{prefix}?endpoint=http://127.0.0.1:{moto_server.port}&region=us-east-1"
+    settings = {**SETTINGS, "tiering.interval.ms": "500", "tiering.spark.submit": "/nonexistent/spark-submit"}
+    extra = ["--object-store", url] + [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")]
+    broker = broker_factory("nospark", extra_args=extra)
+    create(broker.bootstrap, "tiered", 1, TOPIC)
+    old = make_records(1200, partitions=1, base_ts=int(time.time() * 1000) - 600_000, tag="old")
+    produce_in_batches(broker.bootstrap, "tiered", old)
+    wait_until(
+        lambda: scrape(broker.metrics_port, 'shoal_tiering_jobs_total{outcome="failed"}') >= 1,
+        30,
+        interval_s=0.5,
+        what="a failed job",
+    )
+    backlog = scrape(broker.metrics_port, "shoal_tiering_backlog_bytes")
+    assert backlog > 0
+    more = make_records(1200, partitions=1, base_ts=int(time.time() * 1000) - 500_000, tag="more")
+    produce_in_batches(broker.bootstrap, "tiered", more)
+    assert_all_in_order(old + more, consume_kafka_python(broker.bootstrap, "tiered", 1, len(old) + len(more)), "kp")
+    assert scrape(broker.metrics_port, "shoal_tiering_backlog_bytes") > backlog
+    failed_before = scrape(broker.metrics_port, 'shoal_tiering_jobs_total{outcome="failed"}')
+    time.sleep(6)
+    assert scrape(broker.metrics_port, 'shoal_tiering_jobs_total{outcome="failed"}') - failed_before <= 4, (
+        "failed cycles back off (0.5 s doubling), not one job per interval"
+    )
+    text = shoal("tiering", "status", "--bootstrap-server", broker.bootstrap)
+    assert "cannot start /nonexistent/spark-submit" in text.stdout, text.stdout
