@@ -72,8 +72,8 @@ class SparkJobRunner:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return JobOutcome(False, None, f"killed after tiering.job.timeout.ms ({int(self._timeout_s * 1000)})")
-        summary = _summary(stdout)
-        if process.returncode == 0 and summary is not None:
+        summary = _summary(stdout)  # none in cluster deploy mode: the driver runs elsewhere
+        if process.returncode == 0 and (summary is None or not summary.get("failed")):
             return JobOutcome(True, summary, "")
         tail = stderr[-OUTPUT_TAIL_BYTES:].decode(errors="replace").strip().splitlines()
         reason = next((line for line in reversed(tail) if "Error" in line or "error" in line), tail[-1] if tail else "")
