@@ -1,6 +1,7 @@
-"""The offload service: on each broker, for the diskless partitions it leads with
-`remote.storage.enable`, plan ready ranges, run a tiering job, commit what it produced, and
-apply retention to tiered segments (docs/architecture.md "Tiering").
+"""The offload service: on each broker, for the partitions it leads with
+`remote.storage.enable`, plan ready ranges, run a tiering job (diskless topics; classic
+ones are copied by the broker itself), commit what it produced, and apply retention to
+tiered segments (docs/architecture.md "Tiering").
 
 One cycle (every `tiering.interval.ms`, or on `shoal tiering run`):
 
@@ -40,6 +41,7 @@ from broker.offload.planner import ReadyRange, backlog_bytes, plan_range, ready_
 from broker.offload.runner import JobOutcome, SparkJobRunner
 from broker.partition import Partition
 from broker.protocol.errors import ApiError
+from tiering.assemble import AssemblyError, assemble_range
 from tiering.plan import PLAN_VERSION, Plan, PlanFormatError, RangePlan, SegmentManifest, decode_manifest, encode_plan
 from walfiles.keys import SegmentFile, format_plan_key, format_tiered_segment_key
 
@@ -153,12 +155,11 @@ class OffloadService:
             self._failures = self._failures + 1 if report.job_error or report.failed else 0
 
     def eligible(self, topic: str | None = None, index: int | None = None) -> list[Partition]:
-        """Led diskless partitions with tiered storage on (optionally one topic or partition)."""
+        """Led partitions with tiered storage on (optionally one topic or partition)."""
         return [
             p
             for p in self._partitions()
             if p.leader_state is not None
-            and p.settings.diskless
             and p.settings.remote_storage
             and (topic is None or p.topic == topic)
             and (index is None or p.index == index)
@@ -193,8 +194,12 @@ class OffloadService:
                 report.deleted += await self._clean_up(partition)
             plan_id = str(self._new_uuid())
             ranges = await self._plan(plan_id, partitions, report)
-            if ranges:
-                await self._run_job(plan_id, ranges, report)
+            diskless = [(p, r) for p, r in ranges if p.settings.diskless]
+            classic = [(p, r) for p, r in ranges if not p.settings.diskless]
+            if diskless:
+                await self._run_job(plan_id, diskless, report)
+            if classic:
+                await self._copy_classic(plan_id, classic, report)
             report.finished_ms = self._clock.now_ms()
             if not report.job_error and not report.failed:
                 self.last_success_ms = report.finished_ms
@@ -325,6 +330,25 @@ class OffloadService:
                 await self._store.delete_many([key])
             except ObjectStoreError:
                 pass  # an orphan plan costs a few bytes; the next cleanup of the prefix takes it
+
+    async def _copy_classic(self, plan_id: str, ranges: list[tuple[Partition, RangePlan]], report: RunReport) -> None:
+        """Classic segments hold their batches: the broker writes the Kafka segment itself
+        (the same assembler, every batch inline), one range at a time, no Spark."""
+        try:
+            for partition, planned in ranges:
+                try:
+                    await assemble_range(self._store, self._cluster_id(), plan_id, planned)
+                except (ObjectStoreError, AssemblyError) as exc:
+                    report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {exc}")
+                    continue
+                why = await self._commit(partition, planned)
+                if why:
+                    report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
+                else:
+                    report.committed += 1
+        finally:
+            for _partition, planned in ranges:
+                self._in_flight.discard(planned.segment_id)
 
     async def _commit(self, partition: Partition, planned: RangePlan) -> str:
         """Append COPY_SEGMENT_FINISHED for one range; returns why not ("" when done)."""

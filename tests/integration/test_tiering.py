@@ -335,3 +335,32 @@ def test_without_spark_produce_and_consume_work_and_the_backlog_shows(broker_fac
     )
     text = shoal("tiering", "status", "--bootstrap-server", broker.bootstrap)
     assert "cannot start /nonexistent/spark-submit" in text.stdout, text.stdout
+
+
+def test_classic_topic_segments_are_tiered_by_the_broker_and_read_back(broker_factory, moto_server) -> None:
+    """A classic topic with remote.storage.enable: closed segments are copied to tiered storage
+    by the broker (no Spark), local retention drops them, and every reader serves them."""
+    prefix = f"tiering-{uuid.uuid4().hex[:6]}"
+    broker = tiered_broker(broker_factory, moto_server, "classic", prefix)
+    create(broker.bootstrap, "classic-tiered", 1, {**TOPIC, "diskless.enable": "false"})
+    sent = make_records(1500, partitions=1, base_ts=int(time.time() * 1000) - 600_000, tag="classic")
+    produce_in_batches(broker.bootstrap, "classic-tiered", sent)
+    wait_until(
+        lambda: (
+            (rows := tiering_status(broker.bootstrap))
+            and rows[0]["tiered_segments"] >= 2
+            and rows[0]["local_start"] > 0
+        ),
+        60,
+        interval_s=0.5,
+        what="classic segments tiered and dropped locally",
+    )
+    assert scrape(broker.metrics_port, "shoal_tiering_jobs_total") == 0, "no Spark job for a classic topic"
+    for client, consume in (("kafka-python", consume_kafka_python), ("confluent-kafka", consume_confluent)):
+        assert_all_in_order(sent, consume(broker.bootstrap, "classic-tiered", 1, len(sent)), client)
+    stem = next(k for k in s3_keys(moto_server, prefix) if k.endswith(".manifest"))[: -len(".manifest")]
+    files = [
+        s3_get(moto_server, stem + suffix)
+        for suffix in (".log", ".index", ".timeindex", ".snapshot", ".leader-epoch-checkpoint")
+    ]
+    check_segment(*files, int(stem.rsplit("/", 1)[1].split("-", 1)[0]))
