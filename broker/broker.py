@@ -170,7 +170,8 @@ class Broker:
             partitions=lambda: list(self.replica_manager.partitions.values()),
             store=env.objects,
             cluster_id=lambda: self.cluster_id,
-            runner=SparkJobRunner(
+            runner=env.tiering_jobs
+            or SparkJobRunner(
                 config.object_store_url,
                 config.tiering_spark_master,
                 config.tiering_spark_submit,

@@ -24,6 +24,7 @@ from .rpc import RpcClientPool, RpcServer
 from .rpc.server import OnBytes
 
 if TYPE_CHECKING:
+    from .offload.runner import TieringJobs
     from .config import BrokerConfig
 
 
@@ -66,6 +67,7 @@ class Environment:
     metadata: MetadataStore
     objects: ObjectStore
     peers: PeerTransport
+    tiering_jobs: TieringJobs | None = None  # None: Spark (tiering.spark.*); simulations run jobs in-process
 
     def new_uuid(self) -> uuid.UUID:
         """A random (version 4) UUID from `random`: topic ids, incarnations, cluster ids."""

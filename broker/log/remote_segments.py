@@ -158,6 +158,10 @@ class RemoteSegments:
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self._readable)
 
+    def has_pending(self, segment_id: str) -> bool:
+        """Whether a marker of this segment is in the log but not committed yet."""
+        return any(event.segment_id == segment_id for _offset, _epoch, event in self._pending)
+
     def in_state(self, state: RemoteSegmentState) -> list[RemoteSegment]:
         return [s for s in self.segments if s.state == state]
 

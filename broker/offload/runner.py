@@ -21,7 +21,7 @@ import shlex
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,12 @@ class JobOutcome:
     ok: bool  # the job ran and every range succeeded
     summary: dict[str, Any] | None  # the job's JSON summary, when it printed one
     error: str  # why not ok ("" when ok)
+
+
+class TieringJobs(Protocol):
+    """Runs the tiering job of one plan (the object at `plan_key`) to its end."""
+
+    async def run(self, plan_key: str) -> JobOutcome: ...
 
 
 class SparkJobRunner:

@@ -38,7 +38,7 @@ from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent, RemoteSegmentS
 from broker.log.remote_segments import RemoteSegment
 from broker.objectstore.store import NotFound, ObjectStore, ObjectStoreError
 from broker.offload.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
-from broker.offload.runner import JobOutcome, SparkJobRunner
+from broker.offload.runner import JobOutcome, TieringJobs
 from broker.partition import Partition
 from broker.protocol.errors import ApiError
 from tiering.assemble import AssemblyError, assemble_range
@@ -104,7 +104,7 @@ class OffloadService:
         partitions: Callable[[], list[Partition]],
         store: ObjectStore,
         cluster_id: Callable[[], str],
-        runner: SparkJobRunner,
+        runner: TieringJobs,
         settings: OffloadSettings,
         clock: Clock,
         metrics: BrokerMetrics,
@@ -193,31 +193,49 @@ class OffloadService:
             for partition in partitions:
                 report.deleted += await self._clean_up(partition)
             plan_id = str(self._new_uuid())
-            ranges = await self._plan(plan_id, partitions, report)
-            diskless = [(p, r) for p, r in ranges if p.settings.diskless]
-            classic = [(p, r) for p, r in ranges if not p.settings.diskless]
-            if diskless:
-                await self._run_job(plan_id, diskless, report)
-            if classic:
-                await self._copy_classic(plan_id, classic, report)
+            before = set(self._in_flight)
+            try:
+                await self._plan_and_run(plan_id, partitions, report)
+            finally:  # even when cancelled (the broker stops): nothing stays in flight
+                self._in_flight &= before
             report.finished_ms = self._clock.now_ms()
             if not report.job_error and not report.failed:
                 self.last_success_ms = report.finished_ms
                 self._metrics.tiering_last_success.set(report.finished_ms / 1000)
             return report
 
+    async def _plan_and_run(self, plan_id: str, partitions: list[Partition], report: RunReport) -> None:
+        ranges = await self._plan(plan_id, partitions, report)
+        diskless = [(p, r) for p, r in ranges if p.settings.diskless]
+        classic = [(p, r) for p, r in ranges if not p.settings.diskless]
+        if diskless:
+            await self._run_job(plan_id, diskless, report)
+        if classic:
+            await self._copy_classic(plan_id, classic, report)
+
     # -- 1. clean up ---------------------------------------------------------------------------
     async def _clean_up(self, partition: Partition) -> int:
         """Mark orphaned and expired segments DELETE_SEGMENT_STARTED; delete the files of those
         whose mark has committed (readers no longer see them) and mark them finished."""
         remote = partition.remote_segments
-        doomed = [
-            s for s in remote.in_state(RemoteSegmentState.COPY_SEGMENT_STARTED) if s.segment_id not in self._in_flight
-        ] + self._expired(partition)
-        for segment in doomed:
+        abandoned = [  # no job of ours works on it, and no marker of it waits to commit
+            s
+            for s in remote.in_state(RemoteSegmentState.COPY_SEGMENT_STARTED)
+            if s.segment_id not in self._in_flight and not remote.has_pending(s.segment_id)
+        ]
+        for segment, why in [(s, "abandoned") for s in abandoned] + [(s, "expired") for s in self._expired(partition)]:
             if segment.segment_id in self._deleting:
                 continue  # marked in an earlier cycle, not committed yet
             try:
+                log.info(
+                    "%s-%d: deleting tiered segment %s [%d, %d] (%s)",
+                    partition.topic,
+                    partition.index,
+                    segment.segment_id,
+                    segment.base_offset,
+                    segment.end_offset,
+                    why,
+                )
                 self._mark(partition, segment, RemoteSegmentState.DELETE_SEGMENT_STARTED)
                 self._deleting.add(segment.segment_id)
             except ApiError as exc:
@@ -379,6 +397,15 @@ class OffloadService:
             partition.append_marker(event)
         except ApiError as exc:
             return str(exc)
+        log.info(
+            "%s-%d: tiered segment %s [%d, %d] committed (%d bytes)",
+            partition.topic,
+            partition.index,
+            planned.segment_id,
+            planned.base_offset,
+            planned.next_offset - 1,
+            manifest.size_bytes,
+        )
         self._metrics.tiering_segments.labels("committed").inc()
         self._metrics.tiering_bytes.inc(manifest.size_bytes)
         return ""

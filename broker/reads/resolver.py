@@ -48,6 +48,7 @@ async def _coordinates(sources: ReadSources, entries: Sequence[LogEntry]) -> lis
 RESOLVERS: dict[EntryKind, KindResolver] = {
     EntryKind.RECORDS: _records,
     EntryKind.COORDINATES: _coordinates,
+    EntryKind.REMOTE_SEGMENT: _records,  # a control batch: served, and skipped by clients
 }
 SERVED_KINDS = frozenset(RESOLVERS)  # the entry kinds that stand for batches a reader serves
 

@@ -22,6 +22,7 @@ from broker.broker import Broker
 from broker.config import load_config
 from broker.environment import Environment
 from broker.metadata.store import Lease, LeaseKeepAlive
+from broker.offload.runner import TieringJobs
 from broker.peer_service import PeerRequest, PeerResponse
 from broker.rpc.server import OnBytes
 
@@ -129,6 +130,8 @@ class SimCluster:
     down: set[int] = field(default_factory=set)  # crashed and not restarted
     # client connections by broker: a killed process's sockets are reset by the kernel
     client_connections: dict[int, list[Any]] = field(default_factory=dict)
+    # node id, incarnation -> the tiering jobs of that broker process (None: Spark, never in a sim)
+    tiering_jobs: Callable[[int, int], TieringJobs] | None = None
 
     @classmethod
     def build(
@@ -170,6 +173,7 @@ class SimCluster:
                 metadata=SharedMetadata(self.metadata),  # type: ignore[arg-type]
                 objects=SharedObjects(self.objects.store),  # type: ignore[arg-type]
                 peers=SimPeers(self.network, node_id),
+                tiering_jobs=self.tiering_jobs(node_id, node.incarnation) if self.tiering_jobs else None,
             )
             broker = Broker(config, env=env)
         started = spawn(node, broker.start(serve_clients=False), name=f"broker-{node_id}-start")

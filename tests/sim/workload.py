@@ -453,12 +453,12 @@ async def consume(
         if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             leader = cluster.leader_broker(*key)
             if leader is not None:
-                log = leader.replica_manager.partitions[key].log
-                if log.log_start_offset <= position <= log.log_end_offset:
+                held = leader.replica_manager.partitions[key]  # its start counts tiered segments
+                if held.log_start_offset <= position <= held.log.log_end_offset:
                     ledger.violation(
                         f"{name}: OFFSET_OUT_OF_RANGE from broker {node_id} for {key[0]}-{key[1]} "
-                        f"offset {position}, which the leader holds [{log.log_start_offset}, "
-                        f"{log.log_end_offset}]: the client would reset its offsets"
+                        f"offset {position}, which the leader holds [{held.log_start_offset}, "
+                        f"{held.log.log_end_offset}]: the client would reset its offsets"
                     )
             stale = True
             await asyncio.sleep(0.5)
@@ -468,6 +468,9 @@ async def consume(
             await asyncio.sleep(0.1)
             continue
         for offset, batch in read_batches(part.records):
+            if batch is None:  # a control batch (a remote-segment marker): skipped, as clients do
+                position = offset + 1
+                continue
             if offset != position:
                 ledger.violation(
                     f"{name}: {key[0]}-{key[1]} batch at offset {offset} where {position} was next (offsets not dense)"
@@ -480,15 +483,16 @@ async def consume(
     return position
 
 
-def read_batches(records: bytes | None) -> list[tuple[int, str]]:
-    """(base offset, value) of each one-record batch in a Fetch answer."""
+def read_batches(records: bytes | None) -> list[tuple[int, str | None]]:
+    """(base offset, value) of each one-record batch in a Fetch answer (value None for a
+    control batch)."""
     found = []
     position = 0
     data = records or b""
     while position + 12 <= len(data):
         size = int.from_bytes(data[position + 8 : position + 12], "big") + 12
         batch = DefaultRecordBatch(data[position : position + size])
-        found.append((batch.base_offset, next(iter(batch)).value.decode()))
+        found.append((batch.base_offset, None if batch.is_control_batch else next(iter(batch)).value.decode()))
         position += size
     return found
 

@@ -140,8 +140,10 @@ def test_marker_is_a_valid_kafka_control_batch() -> None:
 
 def _with_control_type(data: bytes, kind: int) -> bytes:
     raw = bytearray(data)
-    # record: length, attributes, timestamp delta, offset delta, key length: all one byte here
-    struct.pack_into(">h", raw, BATCH_HEADER_SIZE + 5 + 2, kind)
+    # record: length, attributes, timestamp delta, offset delta, key length: one byte each here
+    at = BATCH_HEADER_SIZE + 5 + 2
+    assert struct.unpack_from(">h", raw, at)[0] == SHOAL_REMOTE_SEGMENT
+    struct.pack_into(">h", raw, at, kind)
     return bytes(raw)
 
 
@@ -160,7 +162,7 @@ def _with_value(value: bytes) -> bytes:
     return data[:at] + value + data[at + len(good) :]
 
 
-_MARKER = encode_marker(event(COPY := FINISHED), TS)  # noqa: F841 - COPY names the state once
+_MARKER = encode_marker(event(FINISHED), TS)
 _GOOD_VALUE = msgspec.msgpack.encode(event(STARTED))
 
 
@@ -186,7 +188,7 @@ def test_decode_of_garbage_raises_marker_format_error(data: bytes) -> None:
         decode_marker(data)
 
 
-@pytest.mark.parametrize("cut", [BATCH_HEADER_SIZE, BATCH_HEADER_SIZE + 2, BATCH_HEADER_SIZE + 6])
+@pytest.mark.parametrize("cut", [BATCH_HEADER_SIZE, BATCH_HEADER_SIZE + 2, BATCH_HEADER_SIZE + 4])
 def test_decode_of_a_marker_cut_inside_its_record_raises_marker_format_error(cut: int) -> None:
     """BUG (markers.py, decode_marker): a control batch cut off inside its record's varints
     (e.g. the 61-byte header alone, records_count 1) raises IndexError out of `_read_varint`
@@ -415,7 +417,7 @@ def test_known_is_false_until_the_first_marker(tmp_path: Path) -> None:
     remote.on_append(42, 0, event(STARTED))
     assert remote.known and (tmp_path / CHECKPOINT_FILE).exists()
     reopened = RemoteSegments.open(tmp_path)
-    assert reopened.known and reopened.applied_through == 42 and reopened.segments == []
+    assert reopened.known and reopened.segments == []
     memory = RemoteSegments()  # no file at all: still counts as known once a marker came
     assert not memory.known
     memory.on_append(0, 0, event(STARTED))
@@ -570,19 +572,31 @@ def _marker_event(ranges: dict[str, tuple[int, int]], sid: str, state: int, epoc
     )
 
 
+NEXT = -1  # an append's state: the next one in the segment's life after its last marker in the log
+
+
 def operations(ranges: dict[str, tuple[int, int]], max_advance: int) -> st.SearchStrategy:
     append = st.tuples(
         st.just("append"),
         st.sampled_from(sorted(ranges)),
-        st.sampled_from([0, 0, 1, 1, 1, 2, 2, 3]),  # state, weighted towards a useful life
+        st.sampled_from([NEXT, NEXT, NEXT, NEXT, *RemoteSegmentState]),
         st.integers(0, 1),  # the event's leader epoch
-        st.integers(0, 1),  # the epoch of the entry holding it
+        st.sampled_from([False, False, False, True]),  # fenced: the entry's epoch is the other one
         st.integers(0, 2),  # record offsets before it
     )
-    advance = st.tuples(st.just("advance"), st.integers(0, max_advance))
+    advance = st.tuples(st.just("advance"), st.integers(1, max_advance))
     truncate = st.tuples(st.just("truncate"), st.integers(0, 8))
     other = st.sampled_from([("roll",), ("restart",)])
-    return st.lists(st.one_of(append, append, append, advance, advance, truncate, other), max_size=40)
+    by_kind = {"append": append, "advance": advance, "truncate": truncate, "other": other}
+    kinds = ["append"] * 4 + ["advance"] * 3 + ["truncate", "other"]  # sampled_from weighs by repeats
+    return st.lists(st.sampled_from(kinds).flatmap(by_kind.__getitem__), min_size=10, max_size=60)
+
+
+def _next_state(markers: list[tuple[int, int, RemoteSegmentEvent]], sid: str) -> RemoteSegmentState:
+    last = [ev.state for _offset, _epoch, ev in markers if ev.segment_id == sid]
+    if not last or last[-1] == DELETE_FINISHED:
+        return STARTED
+    return RemoteSegmentState(last[-1] + 1)
 
 
 @dataclass(frozen=True)
@@ -628,7 +642,9 @@ def _run(directory: Path, variant: Variant, ops: list[tuple]) -> None:
     for op in ops:
         committed = False
         if op[0] == "append":
-            _, sid, state, event_epoch, entry_epoch, gap = op
+            _, sid, state, event_epoch, fenced, gap = op
+            state = _next_state(markers, sid) if state == NEXT else state
+            entry_epoch = 1 - event_epoch if fenced else event_epoch
             offset = leo + gap
             leo = offset + 1
             ev = _marker_event(variant.ranges, sid, state, event_epoch, offset)
@@ -661,9 +677,10 @@ def _run(directory: Path, variant: Variant, ops: list[tuple]) -> None:
             assert again.segments == remote.segments
             assert again.readable == remote.readable
             assert again.applied_through == remote.applied_through
-    hw = leo  # finally everything commits
-    remote.commit_through(hw)
-    _check(remote, markers, hw)
+    while hw < leo:  # finally everything commits, by the variant's steps
+        hw = min(leo, hw + variant.max_advance)
+        remote.commit_through(hw)
+        _check(remote, markers, hw)
     assert RemoteSegments.open(directory).segments == remote.segments
 
 

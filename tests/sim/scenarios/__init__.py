@@ -6,3 +6,4 @@ from . import cluster  # noqa: F401
 from . import isr  # noqa: F401
 from . import wal_gc  # noqa: F401
 from . import wal_gc_replicas  # noqa: F401
+from . import tiering  # noqa: F401

@@ -1,0 +1,269 @@
+"""Tiering on three real brokers under faults (DESIGN invariant 5: an offload loses,
+duplicates and reorders nothing).
+
+Each seed draws a world: one AZ or three; the tiering cadence, local retention and segment
+roll time; how the tiering jobs behave (they run the real assembler, in the broker's process
+as Spark's local mode does: a job dies with its broker; some fail before doing anything,
+some die half-way leaving files without a manifest, some take long); and a schedule of
+crashes of any broker (a leader in the middle of its job), network partitions, metadata
+outages and a flaky object store. Producers write a diskless topic with
+`remote.storage.enable=true` (idempotent and not); a consumer tails it from offset 0 through
+the real Fetch path the whole time, so it reads tiered segments, coordinates and the tail.
+
+At the end the faults stop, the cluster settles, more cycles tier what is left to tier, and:
+- a fresh consumer reads the partition from offset 0 to the high watermark: every
+  acknowledged batch at its acknowledged offset, nothing twice, offsets dense (markers are
+  control batches that take their offsets), through tiered segments;
+- something was tiered, and every replica agrees on the readable tiered segments, which
+  never overlap and are contiguous;
+- after two more cycles no file of an abandoned or deleted segment is left in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from broker.log.markers import RemoteSegmentState
+from broker.offload.runner import JobOutcome
+from tiering.assemble import assemble_range
+from tiering.plan import decode_plan
+from walfiles.keys import SegmentFile, format_tiered_segment_key
+
+from ..audit import settle
+from ..cluster import SimCluster
+from ..determinism import SimRandom
+from ..metadata import MetadataFaults
+from ..network import NetFaults
+from ..objectstore import ObjectStoreFaults
+from ..registry import scenario
+from ..runner import Sim
+from ..workload import Ledger, consume, produce, produce_idempotent
+
+BROKERS = 3
+TRAFFIC_S = 25.0
+TOPIC = "tiered"
+KEYS = [(TOPIC, 0), (TOPIC, 1)]
+
+
+class SimJobs:
+    """One broker process's tiering jobs: the real assembler over that broker's object store,
+    run in the broker's process (a job dies with its broker, as Spark's local mode does), with
+    a job's fate drawn from the seed until the world is `calm`."""
+
+    def __init__(self, cluster: SimCluster, node_id: int, rng: SimRandom, calm: list[bool]) -> None:
+        self._cluster, self._node_id, self._rng, self._calm = cluster, node_id, rng, calm
+
+    async def run(self, plan_key: str) -> JobOutcome:
+        store = self._cluster.brokers[self._node_id].broker.objects
+        calm = self._calm[0]
+        await asyncio.sleep(self._rng.between((0.2, 4.0)))  # Spark starting
+        if not calm and self._rng.chance(0.1):
+            return JobOutcome(False, None, "sim: the job could not start")
+        plan = decode_plan(await store.get(plan_key))
+        failed = []
+        for planned in plan.ranges:
+            if not calm and self._rng.chance(0.08):  # dies half-way: a file written, no manifest
+                key = format_tiered_segment_key(
+                    "",
+                    plan.cluster_id,
+                    uuid.UUID(planned.topic_id),
+                    planned.partition,
+                    planned.base_offset,
+                    uuid.UUID(planned.segment_id),
+                    SegmentFile.LOG,
+                )
+                await store.put(key, b"half a segment")
+                return JobOutcome(False, None, "sim: the job died half-way")
+            try:
+                await assemble_range(store, plan.cluster_id, plan.plan_id, planned)
+            except Exception as exc:  # noqa: BLE001 - a store fault: that range only, as a Spark task
+                failed.append(f"{planned.partition}@{planned.base_offset}: {exc!r}")
+            await asyncio.sleep(self._rng.between((0.0, 1.0)))
+        if failed:
+            return JobOutcome(False, {"plan_id": plan.plan_id, "failed": failed}, f"sim: {failed[0]}")
+        return JobOutcome(True, {"plan_id": plan.plan_id, "failed": []}, "")
+
+
+async def create_topic(cluster: SimCluster, rng: SimRandom) -> None:
+    first = cluster.live()[0].broker
+    while len(first.view.brokers) < BROKERS:
+        await asyncio.sleep(0.1)
+    configs = {
+        "diskless.enable": "true",
+        "remote.storage.enable": "true",
+        "min.insync.replicas": "2",
+        "segment.ms": str(rng.choice([500, 1000, 2000])),
+        "local.retention.ms": str(rng.choice([0, 1000, 3000])),
+        "index.interval.bytes": str(rng.choice([0, 256, 4096])),
+    }
+    topic = first.catalog.prepare(TOPIC, 2, configs)
+    await first.catalog.create(topic, first.assign_replicas(range(2), BROKERS))
+    while not all(cluster.leader_broker(*key) for key in KEYS):
+        await asyncio.sleep(0.1)
+
+
+async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    while loop.time() < until_s:
+        await asyncio.sleep(rng.between((1.0, 4.0)))
+        roll = rng.random()
+        if roll < 0.35 and not cluster.down:
+            leader = cluster.leader_broker(*rng.choice(KEYS))  # a leader: its job dies with it
+            victim = leader.node_id if leader is not None and rng.chance(0.7) else rng.randrange(BROKERS)
+            cluster.crash(victim)
+            await asyncio.sleep(rng.between((0.5, 8.0)))
+            cluster.start(victim)
+        elif roll < 0.5:
+            victim = rng.randrange(BROKERS)
+            cluster.network.partition(victim, [n for n in range(BROKERS) if n != victim])
+            await asyncio.sleep(rng.between((0.5, 6.0)))
+            cluster.network.heal()
+        elif roll < 0.6:
+            cluster.metadata.unavailable_for(rng.between((0.5, 3.0)))
+
+
+def check_tiered(cluster: SimCluster, store_keys: list[str]) -> list[str]:
+    problems = []
+    tiered = 0
+    for key in KEYS:
+        leader = cluster.leader_broker(*key)
+        assert leader is not None
+        partition = leader.replica_manager.partitions[key]
+        readable = [(s.segment_id, s.base_offset, s.end_offset) for s in partition.remote_segments.readable]
+        tiered += len(readable)
+        for (_a, _b, end), (_c, base, _d) in zip(readable, readable[1:]):
+            if base != end + 1:
+                problems.append(f"{key}: tiered segments not contiguous: {readable}")
+        for node_id in partition.replicas:
+            theirs = cluster.brokers[node_id].broker.replica_manager.partitions[key].remote_segments
+            if [(s.segment_id, s.base_offset, s.end_offset) for s in theirs.readable] != readable:
+                problems.append(
+                    f"{key}: broker {node_id} knows other tiered segments than the leader: "
+                    f"{[(s.base_offset, s.end_offset, s.state.name) for s in theirs.segments]} against "
+                    f"{[(s.base_offset, s.end_offset, s.state.name) for s in partition.remote_segments.segments]}"
+                )
+        known = {s.segment_id for s in partition.remote_segments.segments}
+        prefix = f"/{partition.topic_id}/{key[1]:010d}/"
+        for stored in store_keys:
+            if prefix in stored and not any(segment_id in stored for segment_id in known):
+                problems.append(f"{key}: {stored} belongs to no known segment (litter of a dead job)")
+        unresolved = [
+            s.segment_id
+            for s in partition.remote_segments.segments
+            if s.state != RemoteSegmentState.COPY_SEGMENT_FINISHED
+        ]
+        if unresolved:
+            problems.append(f"{key}: segments left unresolved: {unresolved}")
+    if tiered == 0:
+        problems.append("nothing was tiered: the scenario proved nothing")
+    return problems
+
+
+@scenario("tiering", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=24)
+async def tiering(sim: Sim) -> dict[str, int]:
+    """3 brokers tiering a diskless topic under crashes (leaders mid-job), failing jobs, faults."""
+    rng = sim.fork("scenario")
+    azs = ["az1"] if rng.chance(0.5) else ["az1", "az2", "az3"]
+    interval_ms = rng.choice([500, 1000, 2000])
+    built = SimCluster.build(
+        sim,
+        azs=azs,
+        settings={
+            "tiering.interval.ms": str(interval_ms),
+            "log.retention.check.interval.ms": "500",
+            "wal.linger.ms": str(rng.choice([5, 50, 250])),
+            "wal.file.manager.interval.ms": "1000",
+            "wal.file.manager.grace.ms": "2000",
+            "wal.commit.deadline.ms": "5000",
+        },
+        metadata_faults=MetadataFaults.none(),
+        object_faults=ObjectStoreFaults.none(),
+        net_faults=NetFaults.none(),
+    )
+    calm = [False]
+    jobs = rng.fork("jobs")
+    built.tiering_jobs = lambda node_id, incarnation: SimJobs(
+        built, node_id, jobs.fork(f"{node_id}-{incarnation}"), calm
+    )
+    with built.running():
+        for node_id in range(BROKERS):
+            built.start(node_id)
+        await built.wait_started()
+        await create_topic(built, rng)
+        weather = rng.fork("weather")
+        built.metadata.faults = MetadataFaults(unavailable_p=weather.choice([0.0, 0.02]), ambiguous_p=0.0)
+        built.objects.faulty.faults = weather.choice([ObjectStoreFaults(), ObjectStoreFaults.flaky()])
+        built.network.faults = weather.choice([NetFaults(), NetFaults.flaky()])
+        ledger = Ledger()
+        loop = asyncio.get_running_loop()
+        until_s = loop.time() + TRAFFIC_S
+        clients = rng.fork("clients")
+        tasks = [
+            loop.create_task(produce(built, ledger, clients.fork("p"), "p", azs[0], KEYS, until_s)),
+            loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], KEYS, until_s)),
+            loop.create_task(
+                consume(built, ledger, clients.fork("c"), "c", azs[0], KEYS[0], lambda: loop.time() > until_s)
+            ),
+            loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)),
+        ]
+        await asyncio.gather(*tasks)
+        await settle(built, KEYS)
+        calm[0] = True
+        await asyncio.sleep(max(10.0, 8 * interval_ms / 1000))  # tier what is ready
+        for sim_broker in built.live():  # then cycles by hand: dead jobs' segments resolved
+            await sim_broker.broker.offload.stop()
+        for _ in range(3):
+            for sim_broker in built.live():
+                await sim_broker.broker.offload.run_once()
+            await asyncio.sleep(2.0)  # markers replicate: the next cycle sees them applied
+        final = Ledger()
+        for key in KEYS:  # a fresh reader from offset 0: tiered segments, then coordinates
+            wanted = {s.acked_offset for s in ledger.sent.values() if s.key == key and s.acked_offset is not None}
+            position = await consume(
+                built,
+                final,
+                clients.fork(f"final-{key[1]}"),
+                f"final-{key[1]}",
+                azs[-1],
+                key,
+                lambda key=key, wanted=wanted: (
+                    wanted <= final.consumed.get(key, {}).keys() or loop.time() > until_s + 200
+                ),
+            )
+            sim.trace.record("audit", "%s read back to offset %d", key, position)
+            missing = sorted(wanted - final.consumed.get(key, {}).keys())
+            if missing:
+                partition = built.leader_broker(*key).replica_manager.partitions[key]  # type: ignore[union-attr]
+                raise AssertionError(
+                    f"{key}: the final reader stopped at {position}, missing acknowledged offsets {missing[:5]}; "
+                    f"log start {partition.log_start_offset}, local start {partition.log.log_start_offset}, "
+                    f"high watermark {partition.log.high_watermark}, tiered "
+                    f"{[(s.base_offset, s.end_offset, s.state.name) for s in partition.remote_segments.segments]}"
+                )
+        problems = list(ledger.violations) + list(final.violations)
+        acked = 0
+        for sent in ledger.sent.values():
+            if sent.acked_offset is None:
+                continue
+            acked += 1
+            got = final.consumed.get(sent.key, {}).get(sent.acked_offset)
+            if got != sent.batch:
+                problems.append(
+                    f"acknowledged {sent.batch} at {sent.key[0]}-{sent.key[1]}@{sent.acked_offset}: read {got}"
+                )
+        read = [batch for key in KEYS for batch in final.consumed.get(key, {}).values()]
+        for sent in ledger.sent.values():  # a retry of a non-idempotent batch may land twice
+            ambiguous = sum(1 for a in sent.attempts if a.outcome in ("ambiguous", "pending"))
+            if read.count(sent.batch) > (1 if sent.idempotent else 1 + ambiguous):
+                problems.append(f"{sent.batch} read {read.count(sent.batch)} times")
+        store_keys = [k for k in built.objects.memory._objects if "/tiered/" in k or k.startswith("tiered/")]
+        problems += check_tiered(built, store_keys)
+        if problems:
+            raise AssertionError("\n  ".join(problems[:10]))
+        tiered = sum(
+            len(built.leader_broker(*key).replica_manager.partitions[key].remote_segments.readable)  # type: ignore[union-attr]
+            for key in KEYS
+        )
+        sim.trace.record("audit", "ok: %d acknowledged batches read back, %d tiered segments", acked, tiered)
+        return {"acked": acked, "tiered_segments": tiered}
