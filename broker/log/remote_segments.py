@@ -175,8 +175,14 @@ class RemoteSegments:
             self._pending.append((offset, entry_epoch, event))
 
     def on_truncate(self, offset: int) -> None:
-        """Entries from `offset` on were cut off: their markers will never apply."""
+        """Entries from `offset` on were cut off: their markers will never apply, and the
+        markers that replace them must (a truncation never reaches below the high watermark,
+        so nothing applied is undone, but `applied_through` may have been set above it by a
+        marker this replica appended as leader and has now lost)."""
         self._pending = [p for p in self._pending if p[0] < offset]
+        if self.applied_through > offset:
+            self.applied_through = offset
+            self.persist()
 
     def commit_through(self, high_watermark: int) -> bool:
         """Apply the markers below the high watermark; True when the set changed."""

@@ -336,11 +336,7 @@ class OffloadService:
             log.warning("tiering job %s: %s", plan_id, outcome.error)
         try:
             for partition, planned in ranges:
-                why = await self._commit(partition, planned)
-                if why:
-                    report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
-                else:
-                    report.committed += 1
+                await self._commit_or_discard(partition, planned, report)
         finally:
             for _partition, planned in ranges:
                 self._in_flight.discard(planned.segment_id)
@@ -359,14 +355,42 @@ class OffloadService:
                 except (ObjectStoreError, AssemblyError) as exc:
                     report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {exc}")
                     continue
-                why = await self._commit(partition, planned)
-                if why:
-                    report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
-                else:
-                    report.committed += 1
+                await self._commit_or_discard(partition, planned, report)
         finally:
             for _partition, planned in ranges:
                 self._in_flight.discard(planned.segment_id)
+
+    async def _commit_or_discard(self, partition: Partition, planned: RangePlan, report: RunReport) -> None:
+        """Commit the range; when that is not possible, delete what the job wrote for it, so
+        that a job that outlived its leadership leaves nothing behind (the segment, if still
+        COPY_SEGMENT_STARTED, is cleaned up by a leader later as well)."""
+        why = await self._commit(partition, planned)
+        if not why:
+            report.committed += 1
+            return
+        report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
+        keys = [self._key_of(planned, f) for f in SegmentFile]
+        try:
+            await self._store.delete_many(keys)
+        except ObjectStoreError as exc:
+            log.warning(
+                "%s-%d: files of uncommitted segment %s not deleted: %s",
+                partition.topic,
+                partition.index,
+                planned.segment_id,
+                exc,
+            )
+
+    def _key_of(self, planned: RangePlan, file: SegmentFile) -> str:
+        return format_tiered_segment_key(
+            "",
+            self._cluster_id(),
+            uuid.UUID(planned.topic_id),
+            planned.partition,
+            planned.base_offset,
+            uuid.UUID(planned.segment_id),
+            file,
+        )
 
     async def _commit(self, partition: Partition, planned: RangePlan) -> str:
         """Append COPY_SEGMENT_FINISHED for one range; returns why not ("" when done)."""
@@ -411,15 +435,7 @@ class OffloadService:
         return ""
 
     async def _manifest(self, partition: Partition, planned: RangePlan) -> SegmentManifest | str:
-        key = format_tiered_segment_key(
-            "",
-            self._cluster_id(),
-            uuid.UUID(planned.topic_id),
-            planned.partition,
-            planned.base_offset,
-            uuid.UUID(planned.segment_id),
-            SegmentFile.MANIFEST,
-        )
+        key = self._key_of(planned, SegmentFile.MANIFEST)
         try:
             manifest = decode_manifest(await self._store.get(key))
         except NotFound:
