@@ -196,7 +196,9 @@ class Partition:
         if not self.settings.remote_storage:
             return None
         return RemoteRetention(
-            self.remote_segments.tiered_end, self.settings.local_retention_ms, self.settings.local_retention_bytes
+            self.remote_segments.covered_end(self.log.log_start_offset),
+            self.settings.local_retention_ms,
+            self.settings.local_retention_bytes,
         )
 
     def append_marker(self, event: RemoteSegmentEvent) -> int:
@@ -205,10 +207,18 @@ class Partition:
         self.check_leader()
         data = encode_marker(event, self._clock.now_ms())
         header = parse_header(data)
-        outcome = self._append(EntryKind.REMOTE_SEGMENT, [(header, data)])
-        self.remote_segments.on_append(outcome.base_offset, self.leader_epoch, event)
+        offset = self.log.log_end_offset  # the append assigns it (no await in between)
+        # Pending before the append: the append may move the high watermark, which applies
+        # what is pending and moves `applied_through` past this offset.
+        self.remote_segments.on_append(offset, self.leader_epoch, event)
+        try:
+            outcome = self._append(EntryKind.REMOTE_SEGMENT, [(header, data)])
+        except BaseException:
+            self.remote_segments.on_truncate(offset)
+            raise
+        assert outcome.base_offset == offset, (outcome.base_offset, offset)
         self.remote_segments.commit_through(self.log.high_watermark)
-        return outcome.base_offset
+        return offset
 
     def _rebuild_producer_state(self) -> None:
         """Latest snapshot plus the log tail after it: cost is the tail, not the log."""

@@ -105,7 +105,7 @@ def decode_marker(data: bytes | bytearray | memoryview) -> RemoteSegmentEvent:
         pos += key_length
         value_length, pos = _read_varint(view, pos)
         event = _DECODER.decode(view[pos : pos + value_length])
-    except (ValueError, struct.error, msgspec.DecodeError) as exc:
+    except (ValueError, IndexError, struct.error, msgspec.DecodeError) as exc:
         raise MarkerFormatError(f"unreadable remote-segment marker: {exc}") from None
     if event.version != EVENT_VERSION:
         raise MarkerFormatError(f"remote-segment event version {event.version} is not supported")

@@ -150,9 +150,17 @@ class RemoteSegments:
 
     @property
     def tiered_end(self) -> int:
-        """The offset after the last readable segment (0 when none is): local entries below it
-        are superseded."""
+        """The offset after the last readable segment (0 when none is)."""
         return self._readable[-1].next_offset if self._readable else 0
+
+    def covered_end(self, start: int) -> int:
+        """The end of the readable segments that cover [start, end) without a gap (`start`
+        itself when none covers it): what local retention may drop below."""
+        end = start
+        for segment in self._readable:
+            if segment.base_offset <= end <= segment.end_offset:
+                end = segment.next_offset
+        return end
 
     @property
     def size_bytes(self) -> int:
@@ -190,10 +198,10 @@ class RemoteSegments:
         if not ready:
             return False
         self._pending = [p for p in self._pending if p[0] >= high_watermark]
-        for offset, entry_epoch, event in ready:
+        for offset, entry_epoch, event in sorted(ready, key=lambda p: p[0]):
             self._apply(offset, entry_epoch, event)
+            self._reindex()  # the next marker's checks see this one applied, as if one at a time
         self.applied_through = max(self.applied_through, high_watermark)
-        self._reindex()
         self.persist()
         return True
 

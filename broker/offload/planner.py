@@ -37,7 +37,7 @@ def ready_ranges(
         return []
     settings = partition.settings
     log = partition.log
-    floor = max(remote.tiered_end, log.log_start_offset)
+    floor = remote.covered_end(log.log_start_offset)  # tiered without a gap from the local start
     local_bytes = log.size_bytes
     chosen: list[ReadyRange] = []
     total = 0

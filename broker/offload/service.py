@@ -40,6 +40,7 @@ from broker.objectstore.store import NotFound, ObjectStore, ObjectStoreError
 from broker.offload.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
 from broker.offload.runner import JobOutcome, TieringJobs
 from broker.partition import Partition
+from broker.partition_ids import TopicPartition
 from broker.protocol.errors import ApiError
 from tiering.assemble import AssemblyError, assemble_range
 from tiering.plan import PLAN_VERSION, Plan, PlanFormatError, RangePlan, SegmentManifest, decode_manifest, encode_plan
@@ -320,6 +321,7 @@ class OffloadService:
 
     # -- 3. run and commit ---------------------------------------------------------------------
     async def _run_job(self, plan_id: str, ranges: list[tuple[Partition, RangePlan]], report: RunReport) -> None:
+        broken: set[TopicPartition] = set()  # partitions with a range not committed: their later ranges wait
         plan = Plan(PLAN_VERSION, plan_id, self._cluster_id(), -1, self._clock.now_ms(), [r for _p, r in ranges])
         key = format_plan_key("", self._cluster_id(), uuid.UUID(plan_id))
         started = self._clock.monotonic()
@@ -336,7 +338,7 @@ class OffloadService:
             log.warning("tiering job %s: %s", plan_id, outcome.error)
         try:
             for partition, planned in ranges:
-                await self._commit_or_discard(partition, planned, report)
+                await self._commit_or_discard(partition, planned, report, broken)
         finally:
             for _partition, planned in ranges:
                 self._in_flight.discard(planned.segment_id)
@@ -348,26 +350,38 @@ class OffloadService:
     async def _copy_classic(self, plan_id: str, ranges: list[tuple[Partition, RangePlan]], report: RunReport) -> None:
         """Classic segments hold their batches: the broker writes the Kafka segment itself
         (the same assembler, every batch inline), one range at a time, no Spark."""
+        broken: set[TopicPartition] = set()
         try:
             for partition, planned in ranges:
-                try:
-                    await assemble_range(self._store, self._cluster_id(), plan_id, planned)
-                except (ObjectStoreError, AssemblyError) as exc:
-                    report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {exc}")
-                    continue
-                await self._commit_or_discard(partition, planned, report)
+                if partition.key not in broken:
+                    try:
+                        await assemble_range(self._store, self._cluster_id(), plan_id, planned)
+                    except (ObjectStoreError, AssemblyError) as exc:
+                        report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {exc}")
+                        broken.add(partition.key)
+                        continue
+                await self._commit_or_discard(partition, planned, report, broken)
         finally:
             for _partition, planned in ranges:
                 self._in_flight.discard(planned.segment_id)
 
-    async def _commit_or_discard(self, partition: Partition, planned: RangePlan, report: RunReport) -> None:
+    async def _commit_or_discard(
+        self, partition: Partition, planned: RangePlan, report: RunReport, broken: set[TopicPartition]
+    ) -> None:
         """Commit the range; when that is not possible, delete what the job wrote for it, so
         that a job that outlived its leadership leaves nothing behind (the segment, if still
-        COPY_SEGMENT_STARTED, is cleaned up by a leader later as well)."""
-        why = await self._commit(partition, planned)
+        COPY_SEGMENT_STARTED, is cleaned up by a leader later as well). A partition's ranges
+        commit in order: after one that did not, the later ones are discarded too, so tiered
+        segments never leave a gap that local retention could drop."""
+        why = (
+            "an earlier range of the partition was not committed"
+            if partition.key in broken
+            else await self._commit(partition, planned)
+        )
         if not why:
             report.committed += 1
             return
+        broken.add(partition.key)
         report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
         keys = [self._key_of(planned, f) for f in SegmentFile]
         try:

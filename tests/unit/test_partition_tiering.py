@@ -3,9 +3,8 @@ append_marker, a follower's append_replicated, truncation, the replay at open, t
 log start offset, and local retention with tiered segments (PartitionLog.enforce_retention
 with a RemoteRetention).
 
-Tests marked "BUG" fail on purpose: each pins a defect found while writing these tests (see
-its docstring for inputs, expected and actual). They are not skipped or xfailed so that
-fixing the defect is what turns them green.
+Tests marked "Regression" pin a defect these tests found (inputs, expected and actual in
+the docstring); each failed before its fix.
 """
 
 from __future__ import annotations
@@ -266,7 +265,7 @@ def test_a_deposed_leaders_uncommitted_marker_never_applies(tmp_path: Path, cloc
 
 
 def test_a_marker_appended_while_the_high_watermark_lags_still_applies(tmp_path: Path, clock: ManualClock) -> None:
-    """BUG (partition.py, append_marker): `_append` advances the high watermark, and
+    """Regression (partition.py, append_marker): `_append` advances the high watermark, and
     commit_through then applies any earlier pending marker and moves `applied_through` to the
     new HW, *before* `remote_segments.on_append` is told about the new marker; on_append then
     ignores it as already applied (offset < applied_through). It is committed but never
@@ -388,7 +387,7 @@ def test_local_retention_by_size_stops_at_the_limit(tmp_path: Path) -> None:
 def test_local_retention_keeps_local_segments_in_a_gap_between_tiered_segments(
     tmp_path: Path, clock: ManualClock
 ) -> None:
-    """BUG (partition.py remote_retention / remote_segments.py tiered_end): RemoteRetention
+    """Regression (partition.py remote_retention / remote_segments.py tiered_end): RemoteRetention
     gets `tiered_end`, the end of the *last* readable segment, and enforce_retention deletes
     every old local segment below it, as if everything below were tiered. Readable segments
     need not be contiguous: a job with several ranges may commit a later range while an

@@ -1,9 +1,8 @@
 """Remote-segment markers (markers.py) and the tiered-segment state they drive
 (remote_segments.py), pure: no partition, no sockets.
 
-Tests marked "BUG" fail on purpose: each pins a defect found while writing these tests (see
-its docstring for inputs, expected and actual). They are not skipped or xfailed so that
-fixing the defect is what turns them green.
+Tests marked "Regression" pin a defect these tests found (inputs, expected and actual in
+the docstring); each failed before its fix.
 """
 
 from __future__ import annotations
@@ -191,7 +190,7 @@ def test_decode_of_garbage_raises_marker_format_error(data: bytes) -> None:
 
 @pytest.mark.parametrize("cut", [BATCH_HEADER_SIZE, BATCH_HEADER_SIZE + 2, BATCH_HEADER_SIZE + 4])
 def test_decode_of_a_marker_cut_inside_its_record_raises_marker_format_error(cut: int) -> None:
-    """BUG (markers.py, decode_marker): a control batch cut off inside its record's varints
+    """Regression (markers.py, decode_marker): a control batch cut off inside its record's varints
     (e.g. the 61-byte header alone, records_count 1) raises IndexError out of `_read_varint`
     (`view[pos]` past the end): decode_marker catches ValueError, struct.error and
     msgspec.DecodeError only. Expected: MarkerFormatError, as for every other unreadable
@@ -362,7 +361,7 @@ def test_finished_overlapping_a_readable_segment_is_refused() -> None:
 
 
 def test_overlapping_finished_markers_committed_together_are_refused() -> None:
-    """BUG (remote_segments.py, commit_through/_overlaps): the overlap check looks at
+    """Regression (remote_segments.py, commit_through/_overlaps): the overlap check looks at
     `self._readable`, which is only rebuilt (_reindex) after the whole batch of ready markers
     was applied. Two overlapping COPY_SEGMENT_FINISHED markers committed by one high-watermark
     move are therefore both accepted, while committed one at a time the second is refused.
@@ -609,14 +608,13 @@ class Variant:
 
 VARIANTS = {
     # The whole property: a fresh partition, HW moves of any size, overlapping segments.
-    # BUG: fails by the defect pinned by
+    # Failed before the fix pinned by
     # test_overlapping_finished_markers_committed_together_are_refused (the overlap check
-    # sees the readable set as of the previous commit, not the one before each marker). It
-    # also covers the first marker ever being truncated and replaced at a lower offset
-    # (test_a_marker_below_a_truncated_first_marker_still_applies). The variants below keep
-    # each HW move to one marker, or the segments disjoint, and pass.
+    # saw the readable set as of the previous commit, not the one before each marker).
     "fresh-jumps-overlapping": Variant(OVERLAPPING, 6, known=False),
-    "known-single-step-overlapping": Variant(OVERLAPPING, 1, known=True),
+    # Without that defect's trigger: each HW move commits one marker at most, or segments
+    # never overlap. These pass.
+    "fresh-single-step-overlapping": Variant(OVERLAPPING, 1, known=False),
     "known-jumps-disjoint": Variant(DISJOINT, 6, known=True),
 }
 
