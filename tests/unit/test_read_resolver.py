@@ -42,7 +42,8 @@ def coordinates_entry(seq: int, object_id: str) -> LogEntry:
 
 
 def test_every_kind_a_reader_serves_has_a_resolver() -> None:
-    assert SERVED_KINDS == {EntryKind.RECORDS, EntryKind.COORDINATES} == set(resolver.RESOLVERS)
+    served = {EntryKind.RECORDS, EntryKind.COORDINATES, EntryKind.REMOTE_SEGMENT}  # markers: control batches
+    assert SERVED_KINDS == served == set(resolver.RESOLVERS)
 
 
 def test_mixed_kinds_resolve_in_order_with_one_wal_read_and_failures_confined() -> None:
