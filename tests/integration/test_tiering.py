@@ -364,3 +364,33 @@ def test_classic_topic_segments_are_tiered_by_the_broker_and_read_back(broker_fa
         for suffix in (".log", ".index", ".timeindex", ".snapshot", ".leader-epoch-checkpoint")
     ]
     check_segment(*files, int(stem.rsplit("/", 1)[1].split("-", 1)[0]))
+
+
+def test_retention_applies_across_tiers_and_deletes_expired_tiered_segments(broker_factory, moto_server) -> None:
+    """retention.ms covers both tiers: ranges older than it are deleted from tiered storage
+    (their files too) once tiered, and the log start offset moves past them."""
+    prefix = f"tiering-{uuid.uuid4().hex[:6]}"
+    broker = tiered_broker(broker_factory, moto_server, "retention", prefix)
+    configs = {**TOPIC, "diskless.enable": "false", "retention.ms": "300000"}  # 5 minutes
+    create(broker.bootstrap, "expiring", 1, configs)
+    now = int(time.time() * 1000)
+    expired = make_records(800, partitions=1, base_ts=now - 3_600_000, tag="expired")  # an hour old
+    recent = make_records(800, partitions=1, base_ts=now - 60_000, tag="recent")
+    produce_in_batches(broker.bootstrap, "expiring", expired + recent)
+    wait_until(
+        lambda: scrape(broker.metrics_port, 'shoal_tiering_segments_total{event="deleted"}') >= 1,
+        60,
+        interval_s=0.5,
+        what="an expired tiered segment deleted",
+    )
+    offsets = list_offsets_kafka_python(broker.bootstrap, "expiring", 0, [])
+    assert offsets["earliest"] > 0
+    got = consume_kafka_python(broker.bootstrap, "expiring", 1, len(recent), settle_s=1.0)
+    assert got[0].offset >= offsets["earliest"] > 0
+    assert [r.content() for r in got if r.key.startswith(b"recent")] == [r.content() for r in recent], (
+        "every recent record is still there"
+    )
+    assert len(got) < len(expired) + len(recent), "the expired segment's records are gone"
+    [row] = tiering_status(broker.bootstrap)
+    manifests = [k for k in s3_keys(moto_server, prefix) if k.endswith(".manifest")]
+    assert len(manifests) == row["tiered_segments"], "the files of deleted segments are gone"
