@@ -160,7 +160,7 @@ def check_tiered(cluster: SimCluster, store_keys: list[str]) -> list[str]:
     return problems
 
 
-@scenario("tiering", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=24)
+@scenario("tiering", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=16)
 async def tiering(sim: Sim) -> dict[str, int]:
     """3 brokers tiering a diskless topic under crashes (leaders mid-job), failing jobs, faults."""
     rng = sim.fork("scenario")
