@@ -376,6 +376,11 @@ def parse_tiered_segment_key(key: str) -> TieredSegmentKey:
 PLAN_SUFFIX = ".plan"
 
 
+def plans_prefix(prefix: str, cluster_id: str) -> str:
+    """The listing prefix of a cluster's tiering plans (ends with '/')."""
+    return _join(_check_prefix(prefix), PLANS_DIR, _check_cluster_id(cluster_id)) + "/"
+
+
 def format_plan_key(prefix: str, cluster_id: str, plan_id: uuid.UUID) -> str:
     _check_uuid("plan_id", plan_id)
-    return _join(_check_prefix(prefix), PLANS_DIR, _check_cluster_id(cluster_id), f"{plan_id}{PLAN_SUFFIX}")
+    return plans_prefix(prefix, cluster_id) + f"{plan_id}{PLAN_SUFFIX}"

@@ -36,7 +36,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent, RemoteSegmentState
 from broker.log.remote_segments import RemoteSegment
-from broker.objectstore.store import NotFound, ObjectStore, ObjectStoreError
+from broker.objectstore.store import MAX_DELETE_BATCH, NotFound, ObjectStore, ObjectStoreError
 from broker.offload.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
 from broker.offload.runner import JobOutcome, TieringJobs
 from broker.partition import Partition
@@ -44,7 +44,7 @@ from broker.partition_ids import TopicPartition
 from broker.protocol.errors import ApiError
 from tiering.assemble import AssemblyError, assemble_range
 from tiering.plan import PLAN_VERSION, Plan, PlanFormatError, RangePlan, SegmentManifest, decode_manifest, encode_plan
-from walfiles.keys import SegmentFile, format_plan_key, format_tiered_segment_key
+from walfiles.keys import SegmentFile, format_plan_key, format_tiered_segment_key, plans_prefix
 
 if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
@@ -61,6 +61,7 @@ class OffloadSettings:
     interval_ms: int
     max_ranges_per_job: int
     max_job_bytes: int
+    job_timeout_ms: int
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> "OffloadSettings":
@@ -69,6 +70,7 @@ class OffloadSettings:
             config.tiering_interval_ms,
             config.tiering_max_ranges_per_job,
             config.tiering_max_job_bytes,
+            config.tiering_job_timeout_ms,
         )
 
 
@@ -193,6 +195,8 @@ class OffloadService:
             partitions = self.eligible(topic, index)
             for partition in partitions:
                 report.deleted += await self._clean_up(partition)
+            if partitions:
+                await self._sweep_plans()
             plan_id = str(self._new_uuid())
             before = set(self._in_flight)
             try:
@@ -265,6 +269,21 @@ class OffloadService:
             deleted += 1
             self._metrics.tiering_segments.labels("deleted").inc()
         return deleted
+
+    async def _sweep_plans(self) -> None:
+        """Delete plans older than twice `tiering.job.timeout.ms`: their job is over, and
+        their broker died before deleting them (it deletes its own after every job)."""
+        cutoff = self._clock.now_ms() - 2 * self._settings.job_timeout_ms
+        try:
+            stale = [
+                info.key
+                async for info in self._store.list(plans_prefix("", self._cluster_id()))
+                if info.last_modified_ms < cutoff
+            ]
+            if stale:
+                await self._store.delete_many(stale[:MAX_DELETE_BATCH])
+        except ObjectStoreError as exc:
+            log.warning("old tiering plans not swept: %s", exc)
 
     def _expired(self, partition: Partition) -> list[RemoteSegment]:
         """Readable segments past retention.ms or beyond retention.bytes (counted across tiers),

@@ -171,6 +171,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
         azs=azs,
         settings={
             "tiering.interval.ms": str(interval_ms),
+            "tiering.job.timeout.ms": "20000",  # plans of dead brokers are swept after 40 s
             "log.retention.check.interval.ms": "500",
             "wal.linger.ms": str(rng.choice([5, 50, 250])),
             "wal.file.manager.interval.ms": "1000",
