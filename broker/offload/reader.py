@@ -1,7 +1,8 @@
 """Reads from tiered segments: what Fetch and ListOffsets serve below a partition's local log.
 
-A read finds its start in the segment's offset index (GET whole once, then cached), GETs the
-`.log` from there (ranged, cached in the broker's object cache like WAL objects), and returns
+A read finds its start in the segment's offset index (GET whole once, then cached), reads the
+`.log` from there in aligned 8 MiB blocks (one ranged GET each, cached in the broker's object
+cache like WAL objects, single flight across concurrent readers), and returns
 the complete batches from the one holding the offset, KIP-74-sized: the first batch whole,
 then up to `max_bytes`. No record is decoded. Any broker that reaches the store can read: a
 follower or a stateless broker serves its own AZ without a byte crossing zones.
@@ -9,6 +10,7 @@ follower or a stateless broker serves its own AZ without a byte crossing zones.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 
@@ -19,8 +21,9 @@ from broker.protocol.batch import BatchHeader
 from tiering.segment import lookup_position, lookup_timestamp, split_log
 from walfiles.keys import SegmentFile, format_tiered_segment_key
 
-MIN_GET_BYTES = 256 << 10  # read at least this much of a .log per GET (consumers read on)
-MAX_STEPS = 64  # GETs one read may chain (a batch larger than the first GET, an index gap)
+BLOCK_BYTES = 8 << 20  # a .log is read in aligned blocks of this size, each GET once and cached
+MIN_READ_BYTES = 256 << 10  # what a read asks for at least, from the batch holding its offset
+MAX_STEPS = 64  # reads one fetch may chain (a batch larger than the first read, an index gap)
 
 
 class TieredReadError(Exception):
@@ -41,6 +44,7 @@ class TieredReader:
         self._cluster_id = cluster_id
         self._cache = cache
         self._on_get = on_get
+        self._in_flight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
 
     def key(self, topic_id: str, partition: int, segment: RemoteSegment, file: SegmentFile) -> str:
         return format_tiered_segment_key(
@@ -54,14 +58,39 @@ class TieredReader:
         )
 
     async def _get(self, key: str, start: int, end: int) -> memoryview:
+        """[start, end) of an object, from the cache or one GET (single flight: readers of the
+        same range wait for the GET in flight)."""
         cached = self._cache.get(key, start, end)
         if cached is not None:
             return cached
+        flight = self._in_flight.get((key, start, end))
+        if flight is None:
+            flight = asyncio.ensure_future(self._fetch(key, start, end))
+            self._in_flight[(key, start, end)] = flight
+            flight.add_done_callback(lambda _: self._in_flight.pop((key, start, end), None))
+        return memoryview(await asyncio.shield(flight))
+
+    async def _fetch(self, key: str, start: int, end: int) -> bytes:
         data = await self._store.get(key, start, end)
         if self._on_get is not None:
             self._on_get(len(data))
         self._cache.put_range(key, start, data)
-        return memoryview(data)
+        return data
+
+    async def _read_log(self, key: str, size: int, start: int, end: int) -> memoryview:
+        """[start, end) of a .log of `size` bytes, through aligned blocks: consumers reading on
+        (and several at once) hit blocks already read, so a segment costs size / BLOCK_BYTES
+        GETs whatever the fetch sizes. With a cache too small to keep blocks, exactly the range."""
+        if self._cache.max_bytes < 4 * BLOCK_BYTES:
+            return await self._get(key, start, end)
+        first, last = start // BLOCK_BYTES, (max(end, start + 1) - 1) // BLOCK_BYTES
+        blocks = await asyncio.gather(
+            *(self._get(key, b * BLOCK_BYTES, min(size, (b + 1) * BLOCK_BYTES)) for b in range(first, last + 1))
+        )
+        offset = start - first * BLOCK_BYTES
+        if len(blocks) == 1:
+            return blocks[0][offset : offset + end - start]
+        return memoryview(b"".join(blocks))[offset : offset + end - start]
 
     async def read(
         self, topic_id: str, partition: int, segment: RemoteSegment, offset: int, max_bytes: int
@@ -77,8 +106,10 @@ class TieredReader:
         for _step in range(MAX_STEPS):
             if position >= segment.size_bytes:
                 return found
-            want = max(MIN_GET_BYTES, max_bytes - size)
-            chunk = await self._get(log_key, position, min(segment.size_bytes, position + want))
+            want = max(MIN_READ_BYTES, max_bytes - size)
+            chunk = await self._read_log(
+                log_key, segment.size_bytes, position, min(segment.size_bytes, position + want)
+            )
             batches = split_log(chunk)
             if not batches:  # a batch larger than what we read: read exactly it
                 if len(chunk) < 12:
@@ -86,7 +117,7 @@ class TieredReader:
                 length = int.from_bytes(chunk[8:12], "big") + 12
                 if position + length > segment.size_bytes:
                     raise TieredReadError(f"{log_key}: batch at {position} runs past the segment's end")
-                chunk = await self._get(log_key, position, position + length)
+                chunk = await self._read_log(log_key, segment.size_bytes, position, position + length)
                 batches = split_log(chunk)
             for at, header in batches:
                 if header.last_offset < offset:
