@@ -12,6 +12,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .config import ConfigError, StartRefused, load_config
+from .ops import cluster as cluster_cli
+from .ops import local, topics
+from .ops.connection import USAGE, UsageError, add_connection_args, read_command_config
+from .ops.connection import run as run_command
 
 _FLAG_KEYS = {
     "node_id": "node.id",
@@ -88,8 +92,7 @@ def _parser() -> argparse.ArgumentParser:
         ("gc", "run a cycle now and print its decisions"),
     ):
         sub = walfiles.add_parser(name, help=what)
-        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]", help="any broker")
-        sub.add_argument("--format", choices=["text", "json"], default="text")
+        add_connection_args(sub)
         if name == "gc":
             sub.add_argument("--dry-run", action="store_true", help="delete nothing; print what would go and why")
     tiering = commands.add_parser("tiering", help="tiered storage: backlog, tiered segments, jobs").add_subparsers(
@@ -100,12 +103,14 @@ def _parser() -> argparse.ArgumentParser:
         ("run", "run a tiering cycle now on every broker (plan, Spark job, commit)"),
     ):
         sub = tiering.add_parser(name, help=what)
-        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]", help="any broker")
+        add_connection_args(sub)
         sub.add_argument("--topic", help="only this topic")
-        sub.add_argument("--format", choices=["text", "json"], default="text")
         if name == "run":
             sub.add_argument("--partition", type=int, help="only this partition (with --topic)")
             sub.add_argument("--wait", action="store_true", help="wait for each broker's cycle and print its outcome")
+    topics.add_parsers(commands, add_connection_args)
+    cluster_cli.add_parsers(commands, add_connection_args)
+    local.add_parsers(commands)
     return parser
 
 
@@ -208,10 +213,24 @@ def _setting(item: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "command_config", None) is not None:
+        try:
+            read_command_config(args.command_config)
+        except UsageError as exc:
+            print(f"shoal: {exc}", file=sys.stderr)
+            return USAGE
     if args.command == "walfiles":
         return _walfiles(args)
     if args.command == "tiering":
         return _tiering(args)
+    if args.command == "topics":
+        return run_command(args, topics.command)
+    if args.command == "cluster":
+        return run_command(args, cluster_cli.command)
+    if args.command == "config":
+        return run_command(args, local.validate)
+    if args.command == "version":
+        return run_command(args, local.version)
     if args.command == "dev":
         from .devcluster.cluster import main as dev_cluster  # late: the broker needs none of it
 

@@ -1,5 +1,5 @@
 """The Shoal admin API's commands (protocol/admin.py has the frames): what `shoal walfiles
-status|gc` and `shoal tiering status|run` ask.
+status|gc`, `shoal tiering status|run` and `shoal cluster describe` ask.
 
 The WAL file manager runs on the controller; any other broker answers `walfiles.*` with
 NOT_CONTROLLER and the controller's address, and the CLI asks there. Tiering runs on every
@@ -17,7 +17,7 @@ from ..context import HandlerContext
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
 
-COMMANDS = ("walfiles.status", "walfiles.gc", "tiering.status", "tiering.run")
+COMMANDS = ("walfiles.status", "walfiles.gc", "tiering.status", "tiering.run", "cluster.brokers")
 
 
 async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse:
@@ -28,6 +28,13 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
         return answer(None, ErrorCode.INVALID_REQUEST, f"unknown command {request.command!r}; known: {list(COMMANDS)}")
     if request.command.startswith("tiering."):
         return await _tiering(broker, request, answer)
+    if request.command == "cluster.brokers":  # what Kafka's DescribeCluster does not say
+        return answer(
+            [
+                {"node_id": b.node_id, "az": b.az, "stateless": b.stateless, "version": b.software_version}
+                for b in sorted(broker.view.brokers.values(), key=lambda b: b.node_id)
+            ]
+        )
     manager = broker.wal_files
     if not manager.status().active:
         controller = broker.view.brokers.get(broker.view.controller_id)

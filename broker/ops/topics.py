@@ -1,0 +1,170 @@
+"""`shoal topics list|describe|create|delete`: kafka-topics' commands and columns, plus each
+topic's mode (classic or diskless: the `diskless.enable` topic config)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .connection import CommandError, UsageError, admin_client
+
+MODES = {"classic": "false", "diskless": "true"}
+
+
+def add_parsers(commands: Any, add_connection_args: Any) -> None:
+    topics = commands.add_parser("topics", help="list, describe, create and delete topics").add_subparsers(
+        dest="topics_command", required=True
+    )
+    listing = topics.add_parser("list", help="topic names")
+    listing.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets and the like")
+    describe = topics.add_parser("describe", help="partitions, leaders, replicas, ISR, mode and configs")
+    describe.add_argument("topics", nargs="*", metavar="TOPIC", help="topics to describe (default: all)")
+    describe.add_argument(
+        "--under-replicated-partitions", action="store_true", help="only partitions with ISR < replicas"
+    )
+    describe.add_argument("--unavailable-partitions", action="store_true", help="only partitions without a leader")
+    describe.add_argument(
+        "--under-min-isr-partitions", action="store_true", help="only partitions with ISR < min.insync.replicas"
+    )
+    create = topics.add_parser("create", help="create a topic")
+    create.add_argument("topic", metavar="TOPIC")
+    create.add_argument("--partitions", type=int, default=-1, help="default: the broker's num.partitions")
+    create.add_argument("--replication-factor", type=int, default=-1, help="default: default.replication.factor")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
+    create.add_argument("--mode", choices=sorted(MODES), help="classic or diskless (default: diskless.default)")
+    create.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists already")
+    delete = topics.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("topic", metavar="TOPIC")
+    delete.add_argument("--if-exists", action="store_true", help="succeed if there is no such topic")
+    for parser in (listing, describe, create, delete):
+        add_connection_args(parser)
+
+
+def command(args: argparse.Namespace) -> tuple[Any, str]:
+    client = admin_client(args)
+    try:
+        return {"list": _list, "describe": _describe, "create": _create, "delete": _delete}[args.topics_command](
+            client, args
+        )
+    finally:
+        client.close()
+
+
+def _list(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    names = sorted(client.list_topics())
+    if args.exclude_internal:
+        names = [n for n in names if not n.startswith("__")]
+    return names, "\n".join(names)
+
+
+def _configs(client: Any, names: list[str]) -> dict[str, dict[str, str]]:
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    if not names:
+        return {}
+    found = client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names], config_filter="all")
+    return {name: {k: v["value"] for k, v in cfg.items()} for name, cfg in found.get("topic", {}).items()}
+
+
+def _describe(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    from kafka.errors import KafkaError
+
+    try:
+        described = client.describe_topics(args.topics or None)
+    except KafkaError as exc:
+        raise CommandError(f"cannot describe {args.topics or 'the topics'}: {exc}") from None
+    missing = [t["name"] for t in described if t["error_code"]]
+    if missing:
+        raise CommandError(f"no such topic: {', '.join(missing)} (`shoal topics list` shows what exists)")
+    configs = _configs(client, [t["name"] for t in described])
+    result, lines = [], []
+    for topic in sorted(described, key=lambda t: t["name"]):
+        name, cfg = topic["name"], configs.get(topic["name"], {})
+        min_isr = int(cfg.get("min.insync.replicas", "1"))
+        partitions = [
+            {
+                "partition": p["partition_index"],
+                "leader": p["leader_id"],
+                "replicas": p["replica_nodes"],
+                "isr": p["isr_nodes"],
+            }
+            for p in sorted(topic["partitions"], key=lambda p: p["partition_index"])
+        ]
+        shown = [p for p in partitions if _wanted(p, args, min_isr)]
+        filtered = args.under_replicated_partitions or args.unavailable_partitions or args.under_min_isr_partitions
+        if filtered and not shown:
+            continue
+        mode = "diskless" if cfg.get("diskless.enable") == "true" else "classic"
+        replication = len(partitions[0]["replicas"]) if partitions else 0
+        result.append(
+            {
+                "name": name,
+                "topic_id": str(topic["topic_id"]),
+                "internal": topic["is_internal"],
+                "mode": mode,
+                "partition_count": len(partitions),
+                "replication_factor": replication,
+                "configs": cfg,
+                "partitions": shown,
+            }
+        )
+        lines.append(
+            f"Topic: {name}\tTopicId: {topic['topic_id']}\tPartitionCount: {len(partitions)}\t"
+            f"ReplicationFactor: {replication}\tMode: {mode}\tMinIsr: {min_isr}"
+        )
+        lines += [
+            f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader'] if p['leader'] >= 0 else 'none'}\t"
+            f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
+            for p in shown
+        ]
+    return result, "\n".join(lines)
+
+
+def _wanted(partition: dict[str, Any], args: argparse.Namespace, min_isr: int) -> bool:
+    if not (args.under_replicated_partitions or args.unavailable_partitions or args.under_min_isr_partitions):
+        return True
+    return (
+        (args.under_replicated_partitions and len(partition["isr"]) < len(partition["replicas"]))
+        or (args.unavailable_partitions and partition["leader"] < 0)
+        or (args.under_min_isr_partitions and len(partition["isr"]) < min_isr)
+    )
+
+
+def _create(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    configs: dict[str, str] = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--config expects KEY=VALUE, got {item!r}")
+        configs[key.strip()] = value.strip()
+    if args.mode is not None:
+        if "diskless.enable" in configs and configs["diskless.enable"] != MODES[args.mode]:
+            raise UsageError(f"--mode {args.mode} contradicts --config diskless.enable={configs['diskless.enable']}")
+        configs["diskless.enable"] = MODES[args.mode]
+    topic = NewTopic(args.topic, args.partitions, args.replication_factor, topic_configs=configs)
+    try:
+        client.create_topics([topic])
+    except TopicAlreadyExistsError:
+        if args.if_not_exists:
+            return {"topic": args.topic, "created": False}, f"Topic {args.topic} exists already."
+        raise CommandError(f"topic {args.topic} exists already (--if-not-exists accepts that)") from None
+    except KafkaError as exc:
+        raise CommandError(f"cannot create {args.topic}: {exc}") from None
+    return {"topic": args.topic, "created": True}, f"Created topic {args.topic}."
+
+
+def _delete(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    from kafka.errors import KafkaError, UnknownTopicOrPartitionError
+
+    try:
+        client.delete_topics([args.topic])
+    except UnknownTopicOrPartitionError:
+        if args.if_exists:
+            return {"topic": args.topic, "deleted": False}, f"There is no topic {args.topic}."
+        raise CommandError(f"there is no topic {args.topic} (--if-exists accepts that)") from None
+    except KafkaError as exc:
+        raise CommandError(f"cannot delete {args.topic}: {exc}") from None
+    return {"topic": args.topic, "deleted": True}, f"Deleted topic {args.topic}."

@@ -1,0 +1,125 @@
+"""Issue 16's operator CLI, the part built so far: the installed `shoal` command against a
+real broker (topics list|describe|create|delete, cluster describe, config validate, version):
+output in both formats, exit codes (0 ok, 1 error, 2 usage), bad usage, an unreachable
+cluster, and messages that name the problem and the fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SHOAL = str(Path(sys.executable).parent / "shoal")  # the installed entry point
+
+
+def shoal(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SHOAL, *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory):  # type: ignore[no-untyped-def]
+    from .harness import BrokerProcess
+
+    base = tmp_path_factory.mktemp("cli")
+    broker = BrokerProcess(base / "data", base / "broker.log").start()
+    yield broker.bootstrap
+    broker.stop()
+    broker.kill()
+
+
+def test_topics_lifecycle_in_both_formats(bootstrap: str) -> None:
+    b = ("--bootstrap-server", bootstrap)
+    created = shoal(
+        "topics", "create", "cli-t", "--partitions", "3", "--mode", "diskless", "--config", "retention.ms=60000", *b
+    )
+    assert created.returncode == 0 and "Created topic cli-t." in created.stdout, created.stderr
+    again = shoal("topics", "create", "cli-t", *b)
+    assert again.returncode == 1 and "exists already (--if-not-exists accepts that)" in again.stderr
+    assert shoal("topics", "create", "cli-t", "--if-not-exists", *b).returncode == 0
+    listed = shoal("topics", "list", "--exclude-internal", *b, "--format", "json")
+    assert listed.returncode == 0 and "cli-t" in json.loads(listed.stdout)
+    assert "__consumer_offsets" not in json.loads(listed.stdout)
+
+    text = shoal("topics", "describe", "cli-t", *b)
+    assert text.returncode == 0, text.stderr
+    assert "Topic: cli-t" in text.stdout and "PartitionCount: 3" in text.stdout and "Mode: diskless" in text.stdout
+    assert text.stdout.count("\tPartition: ") == 3 and "Leader: 0" in text.stdout
+    [described] = json.loads(shoal("topics", "describe", "cli-t", *b, "--format", "json").stdout)
+    assert described["mode"] == "diskless" and described["partition_count"] == 3
+    assert described["configs"]["retention.ms"] == "60000"
+    assert [p["isr"] for p in described["partitions"]] == [[0], [0], [0]]
+    healthy = json.loads(shoal("topics", "describe", "--under-replicated-partitions", *b, "--format", "json").stdout)
+    assert healthy == [], "a single broker's partitions are never under-replicated"
+
+    missing = shoal("topics", "describe", "no-such-topic", *b)
+    assert missing.returncode == 1 and "no such topic: no-such-topic" in missing.stderr
+    assert shoal("topics", "delete", "cli-t", *b).returncode == 0
+    gone = shoal("topics", "delete", "cli-t", *b)
+    assert gone.returncode == 1 and "--if-exists" in gone.stderr
+    assert shoal("topics", "delete", "cli-t", "--if-exists", *b).returncode == 0
+
+
+def test_classic_mode_and_cluster_describe(bootstrap: str) -> None:
+    b = ("--bootstrap-server", bootstrap)
+    assert shoal("topics", "create", "cli-classic", "--mode", "classic", *b).returncode == 0
+    [described] = json.loads(shoal("topics", "describe", "cli-classic", *b, "--format", "json").stdout)
+    assert described["mode"] == "classic"
+    cluster = json.loads(shoal("cluster", "describe", *b, "--format", "json").stdout)
+    assert cluster["controller_id"] == 0 and cluster["cluster_id"]
+    [broker] = cluster["brokers"]
+    assert broker["node_id"] == 0 and broker["stateless"] is False and broker["version"] and broker["controller"]
+    text = shoal("cluster", "describe", *b)
+    assert text.returncode == 0 and "BROKER" in text.stdout and "0*" in text.stdout and "data" in text.stdout
+
+
+def test_bad_usage_exits_2_with_a_message(bootstrap: str, tmp_path: Path) -> None:
+    assert shoal("topics", "list").returncode == 2  # --bootstrap-server missing (argparse)
+    bad = shoal("topics", "list", "--bootstrap-server", "nonsense")
+    assert bad.returncode == 2 and "expects HOST:PORT" in bad.stderr
+    props = tmp_path / "client.properties"
+    props.write_text("client.id=ops\nsasl.jaas.config=x\n")
+    unknown = shoal("topics", "list", "--bootstrap-server", bootstrap, "--command-config", str(props))
+    assert unknown.returncode == 2 and "'sasl.jaas.config' is not a client property" in unknown.stderr
+    props.write_text("# operators' settings\nclient.id=ops\nrequest.timeout.ms=20000\n")
+    assert shoal("topics", "list", "--bootstrap-server", bootstrap, "--command-config", str(props)).returncode == 0
+    contradiction = shoal(
+        "topics",
+        "create",
+        "x",
+        "--mode",
+        "classic",
+        "--config",
+        "diskless.enable=true",
+        "--bootstrap-server",
+        bootstrap,
+    )
+    assert contradiction.returncode == 2 and "contradicts" in contradiction.stderr
+    assert shoal("topics", "frobnicate", "--bootstrap-server", bootstrap).returncode == 2
+
+
+def test_unreachable_cluster_exits_1_and_says_so() -> None:
+    from .harness import free_port
+
+    started = time.monotonic()
+    result = shoal("topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 1 and "cannot reach the cluster" in result.stderr
+    assert time.monotonic() - started < 45
+
+
+def test_config_validate_and_version(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('node.id = 3\nobject.store = "file:///tmp/objects"\n[wal]\nlinger.ms = 20\n')
+    checked = shoal("config", "validate", str(good), "--format", "json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["settings"]["wal.linger.ms"] == 20
+    bad = tmp_path / "bad.toml"
+    bad.write_text("node.id = -1\n")
+    refused = shoal("config", "validate", str(bad))
+    assert refused.returncode == 1 and "node.id" in refused.stderr
+    version = shoal("version")
+    assert version.returncode == 0 and version.stdout.startswith("shoal ")
