@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         return _tiering(args)
     if args.command == "topics":
         return run_command(args, topics.command)
+    if args.command == "cluster" and args.cluster_command == "health":
+        return cluster_cli.watch_health(args)
     if args.command == "cluster":
         return run_command(args, cluster_cli.command)
     if args.command == "config":

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .diskless.wal_writer import WalWriter
     from .groups.coordinator import GroupCoordinator
     from .metrics import BrokerMetrics
+    from .objectstore import ObjectStore
     from .offload.reader import TieredReader
     from .offload.service import OffloadService
     from .peer_service import PeerRequest, PeerResponse
@@ -75,6 +76,8 @@ class HandlerContext(Protocol):
     def wal_reader(self) -> WalReader: ...
     @property
     def tiered_reader(self) -> TieredReader: ...
+    @property
+    def objects(self) -> ObjectStore: ...
 
     # -- other brokers (forwarded requests, remote reads) -----------------------------------
     @property

@@ -17,7 +17,8 @@ from ..context import HandlerContext
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
 
-COMMANDS = ("walfiles.status", "walfiles.gc", "tiering.status", "tiering.run", "cluster.brokers")
+COMMANDS = ("walfiles.status", "walfiles.gc", "tiering.status", "tiering.run", "cluster.brokers", "objects.check")
+HEALTH_KEY = "shoal-health-check"  # a HEAD of a key that is never written: the store answers or not
 
 
 async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse:
@@ -28,6 +29,12 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
         return answer(None, ErrorCode.INVALID_REQUEST, f"unknown command {request.command!r}; known: {list(COMMANDS)}")
     if request.command.startswith("tiering."):
         return await _tiering(broker, request, answer)
+    if request.command == "objects.check":  # `shoal cluster health`: does this broker reach the store?
+        try:
+            await broker.objects.head(HEALTH_KEY)
+        except Exception as exc:  # noqa: BLE001 - any failure is the answer
+            return answer({"node_id": broker.node_id, "reachable": False, "error": f"{type(exc).__name__}: {exc}"})
+        return answer({"node_id": broker.node_id, "reachable": True, "error": None})
     if request.command == "cluster.brokers":  # what Kafka's DescribeCluster does not say
         return answer(
             [

@@ -123,3 +123,34 @@ def test_config_validate_and_version(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "node.id" in refused.stderr
     version = shoal("version")
     assert version.returncode == 0 and version.stdout.startswith("shoal ")
+
+
+def test_cluster_health_sees_a_dead_broker_and_waits_for_recovery(tmp_path: Path) -> None:
+    """3 brokers, a topic with RF 3: healthy (exit 0); a broker killed: unhealthy (exit 10),
+    naming the broker that hosts replicas and is not registered; restarted: `--watch
+    --exit-when-healthy` ends with 0."""
+    from broker.devcluster import DevCluster
+    from tests.etcd_server import require_etcd_binary
+
+    require_etcd_binary()
+    with DevCluster(3, 3, work_dir=tmp_path / "cluster") as cluster:
+        b = ("--bootstrap-server", cluster.bootstrap)
+        assert shoal("topics", "create", "rf3", "--partitions", "3", "--replication-factor", "3", *b).returncode == 0
+        wait = ("--watch", "--exit-when-healthy", "--interval", "1", "--max-checks", "60")
+        assert shoal("cluster", "health", *wait, *b, timeout_s=120).returncode == 0
+        cluster.kill(2)
+        survivors = ",".join(x.bootstrap for x in cluster.brokers if x.node_id != 2)
+        deadline = time.monotonic() + 60
+        while True:  # first "does not answer", then, once its lease expired, "not registered"
+            checked = shoal("cluster", "health", "--bootstrap-server", survivors, "--format", "json")
+            report = json.loads(checked.stdout) if checked.stdout else {}
+            if checked.returncode == 10 and any("broker 2 hosts replicas" in p for p in report["problems"]):
+                break
+            assert checked.returncode == 10 and time.monotonic() < deadline, (checked.stdout, checked.stderr)
+            time.sleep(1)
+        assert not report["healthy"]  # under-replicated too, once the ISR shrinks (replica.lag.time.max.ms)
+        text = shoal("cluster", "health", "--bootstrap-server", survivors)
+        assert text.returncode == 10 and "UNHEALTHY" in text.stdout and "not registered" in text.stdout
+        cluster.restart(2, graceful=False)
+        recovered = shoal("cluster", "health", *wait, *b, timeout_s=120)
+        assert recovered.returncode == 0 and recovered.stdout.strip().endswith("healthy"), recovered.stdout
