@@ -13,7 +13,7 @@ from typing import Any
 
 from .config import ConfigError, StartRefused, load_config
 from .ops import cluster as cluster_cli
-from .ops import local, topics
+from .ops import configs, groups, local, topics
 from .ops.connection import USAGE, UsageError, add_connection_args, read_command_config
 from .ops.connection import run as run_command
 
@@ -109,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--partition", type=int, help="only this partition (with --topic)")
             sub.add_argument("--wait", action="store_true", help="wait for each broker's cycle and print its outcome")
     topics.add_parsers(commands, add_connection_args)
+    configs.add_parsers(commands, add_connection_args)
+    groups.add_parsers(commands, add_connection_args)
     cluster_cli.add_parsers(commands, add_connection_args)
     local.add_parsers(commands)
     return parser
@@ -225,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         return _tiering(args)
     if args.command == "topics":
         return run_command(args, topics.command)
+    if args.command == "configs":
+        return run_command(args, configs.command)
+    if args.command == "groups":
+        return run_command(args, groups.command)
     if args.command == "cluster" and args.cluster_command == "health":
         return cluster_cli.watch_health(args)
     if args.command == "cluster":

@@ -154,3 +154,57 @@ def test_cluster_health_sees_a_dead_broker_and_waits_for_recovery(tmp_path: Path
         cluster.restart(2, graceful=False)
         recovered = shoal("cluster", "health", *wait, *b, timeout_s=120)
         assert recovered.returncode == 0 and recovered.stdout.strip().endswith("healthy"), recovered.stdout
+
+
+def test_configs_describe_and_alter(bootstrap: str) -> None:
+    b = ("--bootstrap-server", bootstrap)
+    entity = ("--entity-type", "topics", "--entity-name", "cli-configs")
+    assert shoal("topics", "create", "cli-configs", *b).returncode == 0
+    altered = shoal("configs", "alter", *entity, "--add-config", "retention.ms=60000,segment.ms=120000", *b)
+    assert altered.returncode == 0, altered.stderr
+    described = json.loads(shoal("configs", "describe", *entity, *b, "--format", "json").stdout)
+    assert described["retention.ms"]["value"] == "60000" and described["segment.ms"]["value"] == "120000"
+    assert shoal("configs", "alter", *entity, "--delete-config", "segment.ms", *b).returncode == 0
+    text = shoal("configs", "describe", *entity, *b)
+    assert "retention.ms" in text.stdout and "segment.ms" not in text.stdout
+    everything = json.loads(shoal("configs", "describe", *entity, "--all", *b, "--format", "json").stdout)
+    assert everything["segment.ms"]["source"] == "DEFAULT_CONFIG"
+    refused = shoal("configs", "alter", *entity, "--add-config", "retention.ms=soon", *b)
+    assert refused.returncode == 1 and "refused" in refused.stderr and "retention.ms" in refused.stderr
+    assert shoal("configs", "alter", *entity, *b).returncode == 2  # nothing to alter
+
+
+def test_groups_list_describe_lag_delete(bootstrap: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    b = ("--bootstrap-server", bootstrap)
+    assert shoal("topics", "create", "cli-groups", "--partitions", "2", *b).returncode == 0
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(10):
+        producer.send("cli-groups", b"x%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(
+        "cli-groups",
+        bootstrap_servers=bootstrap,
+        group_id="cli-g",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    read = 0
+    deadline = time.monotonic() + 30
+    while read < 6 and time.monotonic() < deadline:
+        read += sum(len(records) for records in consumer.poll(timeout_ms=500, max_records=6 - read).values())
+    consumer.commit()
+    assert "cli-g" in [g["group"] for g in json.loads(shoal("groups", "list", *b, "--format", "json").stdout)]
+    [group] = json.loads(shoal("groups", "describe", "cli-g", *b, "--format", "json").stdout)
+    assert group["state"] == "Stable" and len(group["members"]) == 1
+    assert sorted(group["members"][0]["partitions"]["cli-groups"]) == [0, 1]
+    lag = json.loads(shoal("groups", "lag", "cli-g", *b, "--format", "json").stdout)
+    assert sum(p["lag"] for p in lag) == 10 - read and all(p["end"] == 5 for p in lag)
+    assert "LAG" in shoal("groups", "lag", "cli-g", *b).stdout
+    consumer.close()
+    deleted = shoal("groups", "delete", "cli-g", *b)
+    assert deleted.returncode == 0, deleted.stderr
+    again = shoal("groups", "delete", "cli-g", *b)
+    assert again.returncode == 1 and "cli-g" in again.stderr
