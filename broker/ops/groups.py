@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .connection import CommandError, admin_client, table
+from .connection import CommandError, UsageError, admin_client, table
 
 
 def add_parsers(commands: Any, add_connection_args: Any) -> None:
@@ -19,7 +19,15 @@ def add_parsers(commands: Any, add_connection_args: Any) -> None:
     delete = groups.add_parser("delete", help="delete groups without members (their committed offsets go)")
     for parser in (describe, lag, delete):
         parser.add_argument("groups", nargs="+", metavar="GROUP")
-    for parser in (listing, describe, lag, delete):
+    reset = groups.add_parser("reset-offsets", help="move a group's committed offsets (dry run unless --execute)")
+    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument("--topic", required=True, metavar="TOPIC[:P,P...]", help="a topic, or some of its partitions")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-offset", type=int, metavar="N", help="clamped to each partition's range")
+    reset.add_argument("--execute", action="store_true", help="commit the new offsets (the group must have no members)")
+    for parser in (listing, describe, lag, delete, reset):
         add_connection_args(parser)
 
 
@@ -28,7 +36,8 @@ def command(args: argparse.Namespace) -> tuple[Any, str]:
 
     client = admin_client(args)
     try:
-        return {"list": _list, "describe": _describe, "lag": _lag, "delete": _delete}[args.groups_command](client, args)
+        commands = {"list": _list, "describe": _describe, "lag": _lag, "delete": _delete, "reset-offsets": _reset}
+        return commands[args.groups_command](client, args)
     except KafkaError as exc:
         raise CommandError(f"groups {args.groups_command} failed: {exc}") from None
     finally:
@@ -122,3 +131,48 @@ def _delete(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
 
 def _ok(outcome: Any) -> bool:
     return getattr(outcome, "errno", None) == 0 or outcome in ("NoError", "OK")
+
+
+def _reset(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    """Kafka's kafka-consumer-groups --reset-offsets: prints the plan; --execute commits it."""
+    from kafka import TopicPartition
+    from kafka.admin import OffsetSpec
+
+    topic, _, listed = args.topic.partition(":")
+    try:
+        wanted = [int(p) for p in listed.split(",")] if listed else None
+    except ValueError:
+        raise UsageError(f"--topic expects TOPIC or TOPIC:P,P..., got {args.topic!r}") from None
+    [described] = client.describe_topics([topic])
+    if described["error_code"]:
+        raise CommandError(f"no such topic: {topic}")
+    indexes = sorted(p["partition_index"] for p in described["partitions"])
+    if wanted is not None:
+        unknown = sorted(set(wanted) - set(indexes))
+        if unknown:
+            raise UsageError(f"{topic} has no partition {unknown} (it has {indexes})")
+        indexes = sorted(set(wanted))
+    partitions = [TopicPartition(topic, i) for i in indexes]
+    earliest = client.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in partitions})
+    latest = client.list_partition_offsets({tp: OffsetSpec.LATEST for tp in partitions})
+    plan = {}
+    for tp in partitions:
+        low, high = earliest[tp].offset, latest[tp].offset
+        plan[tp] = low if args.to_earliest else high if args.to_latest else min(max(args.to_offset, low), high)
+    if args.execute:
+        outcome = client.reset_group_offsets(args.group, dict(plan))
+        failed = {
+            tp: r["error"] for tp, r in outcome.items() if r.get("error") not in (None,) and r["error"].errno != 0
+        }
+        if failed:
+            tp, error = next(iter(failed.items()))
+            raise CommandError(
+                f"cannot reset {args.group} on {tp.topic}-{tp.partition}: {error.__name__} "
+                "(a group with members keeps its offsets: stop its consumers first)"
+            )
+    result = [
+        {"group": args.group, "topic": tp.topic, "partition": tp.partition, "new_offset": o} for tp, o in plan.items()
+    ]
+    rows = [(args.group, tp.topic, str(tp.partition), str(o)) for tp, o in plan.items()]
+    note = "" if args.execute else "\n(dry run: --execute commits these offsets)"
+    return result, table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), rows) + note

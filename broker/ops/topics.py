@@ -33,19 +33,21 @@ def add_parsers(commands: Any, add_connection_args: Any) -> None:
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
     create.add_argument("--mode", choices=sorted(MODES), help="classic or diskless (default: diskless.default)")
     create.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists already")
+    alter = topics.add_parser("alter", help="add partitions to a topic")
+    alter.add_argument("topic", metavar="TOPIC")
+    alter.add_argument("--partitions", type=int, required=True, help="the new (larger) partition count")
     delete = topics.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("topic", metavar="TOPIC")
     delete.add_argument("--if-exists", action="store_true", help="succeed if there is no such topic")
-    for parser in (listing, describe, create, delete):
+    for parser in (listing, describe, create, alter, delete):
         add_connection_args(parser)
 
 
 def command(args: argparse.Namespace) -> tuple[Any, str]:
     client = admin_client(args)
     try:
-        return {"list": _list, "describe": _describe, "create": _create, "delete": _delete}[args.topics_command](
-            client, args
-        )
+        commands = {"list": _list, "describe": _describe, "create": _create, "alter": _alter, "delete": _delete}
+        return commands[args.topics_command](client, args)
     finally:
         client.close()
 
@@ -168,3 +170,13 @@ def _delete(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
     except KafkaError as exc:
         raise CommandError(f"cannot delete {args.topic}: {exc}") from None
     return {"topic": args.topic, "deleted": True}, f"Deleted topic {args.topic}."
+
+
+def _alter(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    from kafka.errors import KafkaError
+
+    try:
+        client.create_partitions({args.topic: args.partitions})
+    except KafkaError as exc:
+        raise CommandError(f"cannot give {args.topic} {args.partitions} partitions: {exc}") from None
+    return {"topic": args.topic, "partitions": args.partitions}, f"{args.topic} has {args.partitions} partitions."

@@ -57,6 +57,13 @@ def test_topics_lifecycle_in_both_formats(bootstrap: str) -> None:
     healthy = json.loads(shoal("topics", "describe", "--under-replicated-partitions", *b, "--format", "json").stdout)
     assert healthy == [], "a single broker's partitions are never under-replicated"
 
+    grown = shoal("topics", "alter", "cli-t", "--partitions", "4", *b)
+    assert grown.returncode == 0, grown.stderr
+    [grown_topic] = json.loads(shoal("topics", "describe", "cli-t", *b, "--format", "json").stdout)
+    assert grown_topic["partition_count"] == 4
+    shrink = shoal("topics", "alter", "cli-t", "--partitions", "2", *b)
+    assert shrink.returncode == 1 and "cannot give cli-t 2 partitions" in shrink.stderr
+
     missing = shoal("topics", "describe", "no-such-topic", *b)
     assert missing.returncode == 1 and "no such topic: no-such-topic" in missing.stderr
     assert shoal("topics", "delete", "cli-t", *b).returncode == 0
@@ -204,6 +211,20 @@ def test_groups_list_describe_lag_delete(bootstrap: str) -> None:
     assert sum(p["lag"] for p in lag) == 10 - read and all(p["end"] == 5 for p in lag)
     assert "LAG" in shoal("groups", "lag", "cli-g", *b).stdout
     consumer.close()
+    reset = ("groups", "reset-offsets", "cli-g", "--topic", "cli-groups", "--to-earliest", *b)
+    planned = shoal(*reset)
+    assert planned.returncode == 0 and "dry run" in planned.stdout, planned.stderr
+    assert (
+        sum(p["lag"] for p in json.loads(shoal("groups", "lag", "cli-g", *b, "--format", "json").stdout)) == 10 - read
+    )
+    executed = shoal(*reset, "--execute", "--format", "json")
+    assert executed.returncode == 0, executed.stderr
+    assert [p["new_offset"] for p in json.loads(executed.stdout)] == [0, 0]
+    assert sum(p["lag"] for p in json.loads(shoal("groups", "lag", "cli-g", *b, "--format", "json").stdout)) == 10
+    one = shoal("groups", "reset-offsets", "cli-g", "--topic", "cli-groups:1", "--to-offset", "99", "--execute", *b)
+    assert one.returncode == 0 and "5" in one.stdout  # clamped to the log end
+    bad = shoal("groups", "reset-offsets", "cli-g", "--topic", "cli-groups:7", "--to-latest", *b)
+    assert bad.returncode == 2 and "no partition [7]" in bad.stderr
     deleted = shoal("groups", "delete", "cli-g", *b)
     assert deleted.returncode == 0, deleted.stderr
     again = shoal("groups", "delete", "cli-g", *b)
