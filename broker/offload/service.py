@@ -250,7 +250,10 @@ class OffloadService:
         deleted = 0
         for segment in remote.in_state(RemoteSegmentState.DELETE_SEGMENT_STARTED):
             try:
-                keys = [self._key(partition, segment, f) for f in SegmentFile]
+                keys = [
+                    self._key(partition.topic_id, partition.index, segment.base_offset, segment.segment_id, f)
+                    for f in SegmentFile
+                ]
                 refused = sorted(set(keys) - set(await self._store.delete_many(keys)))
                 if refused:
                     log.warning("%s-%d: could not delete %s; will retry", partition.topic, partition.index, refused)
@@ -402,7 +405,10 @@ class OffloadService:
             return
         broken.add(partition.key)
         report.failed.append(f"{partition.topic}-{partition.index}@{planned.base_offset}: {why}")
-        keys = [self._key_of(planned, f) for f in SegmentFile]
+        keys = [
+            self._key(planned.topic_id, planned.partition, planned.base_offset, planned.segment_id, f)
+            for f in SegmentFile
+        ]
         try:
             await self._store.delete_many(keys)
         except ObjectStoreError as exc:
@@ -413,17 +419,6 @@ class OffloadService:
                 planned.segment_id,
                 exc,
             )
-
-    def _key_of(self, planned: RangePlan, file: SegmentFile) -> str:
-        return format_tiered_segment_key(
-            "",
-            self._cluster_id(),
-            uuid.UUID(planned.topic_id),
-            planned.partition,
-            planned.base_offset,
-            uuid.UUID(planned.segment_id),
-            file,
-        )
 
     async def _commit(self, partition: Partition, planned: RangePlan) -> str:
         """Append COPY_SEGMENT_FINISHED for one range; returns why not ("" when done)."""
@@ -468,7 +463,9 @@ class OffloadService:
         return ""
 
     async def _manifest(self, partition: Partition, planned: RangePlan) -> SegmentManifest | str:
-        key = self._key_of(planned, SegmentFile.MANIFEST)
+        key = self._key(
+            planned.topic_id, planned.partition, planned.base_offset, planned.segment_id, SegmentFile.MANIFEST
+        )
         try:
             manifest = decode_manifest(await self._store.get(key))
         except NotFound:
@@ -499,15 +496,10 @@ class OffloadService:
             )
         )
 
-    def _key(self, partition: Partition, segment: RemoteSegment, file: SegmentFile) -> str:
+    def _key(self, topic_id: str, partition: int, base_offset: int, segment_id: str, file: SegmentFile) -> str:
+        """A file of one tiered segment (a planned range or a known segment)."""
         return format_tiered_segment_key(
-            "",
-            self._cluster_id(),
-            uuid.UUID(partition.topic_id),
-            partition.index,
-            segment.base_offset,
-            uuid.UUID(segment.segment_id),
-            file,
+            "", self._cluster_id(), uuid.UUID(topic_id), partition, base_offset, uuid.UUID(segment_id), file
         )
 
 
