@@ -42,6 +42,7 @@ from .routing.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
+from .mode_switch import ModeSwitcher
 from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .peer_service import PeerRequest, PeerResponse, PeerService
@@ -97,6 +98,9 @@ class Broker:
             self.store, self.view, self.catalog, self.membership, config, self.clock, env.random
         )
         self.isr = IsrUpdater(self.store, self.view, self.replica_manager, self.clock, config.replica_lag_time_max_ms)
+        self.mode_switcher = ModeSwitcher(
+            self.replica_manager, self.catalog, self.view, self.store, self.clock, self.metrics
+        )
         self.cross_az = CrossAzBytes(self.metrics.cross_az_bytes, self.view, config.az)
         self.rpc_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(self.cross_az.rpc_bytes)
         self.replication_pool: RpcClientPool[PeerRequest, PeerResponse] = env.peers.client_pool(
@@ -215,6 +219,7 @@ class Broker:
         await self.controller.step()  # a lone or first broker leads its partitions before serving
         self.controller.start()
         self.isr.start()
+        self.mode_switcher.start()
         await self.groups.start()
         if self.config.wal_file_manager_enable:
             self.wal_files.start()
@@ -247,6 +252,7 @@ class Broker:
         await self.controller.stop()
         await self.membership.stop()  # followers and the controller learn of it now
         await self.isr.stop()
+        await self.mode_switcher.stop()
         await self.fetcher.stop()
         await self.env.peers.stop()
         await self.rpc_pool.close()

@@ -77,6 +77,23 @@ class BrokerMetrics:
             registry=r,
         )
         self.leader_partitions = Gauge("shoal_leader_partitions", "Partitions this broker leads.", registry=r)
+        self.leader_partitions_by_mode = Gauge(
+            "shoal_leader_partitions_by_mode",
+            "Partitions this broker leads, by the mode their logs are appended in (classic, diskless).",
+            ["mode"],
+            registry=r,
+        )
+        self.mode_switch_pending_partitions = Gauge(
+            "shoal_mode_switch_pending_partitions",
+            "Partitions led here whose mode is not their topic's yet, or whose switch is not recorded.",
+            registry=r,
+        )
+        self.mode_switches = Counter(
+            "shoal_mode_switches",
+            "Mode markers appended by this broker as leader, by the new mode.",
+            ["to"],
+            registry=r,
+        )
         self.under_replicated_partitions = Gauge(
             "shoal_under_replicated_partitions",
             "Partitions this broker leads whose ISR is smaller than their "

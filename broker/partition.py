@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 from .clock import Clock
 from .log import EntryKind, LogClosedError, PartitionLog, RemoteRetention
 from .log.markers import RemoteSegmentEvent, decode_marker, encode_marker
+from .log.modes import ModeChange, ModeEvent, ModeHistory, decode_mode_marker, encode_mode_marker
 from .log.remote_segments import RemoteSegments
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
@@ -132,6 +133,9 @@ class Partition:
         self.wal_references = WalReferences(log_)  # asked only for diskless replicas
         self.remote_segments = RemoteSegments.open(directory)  # tiered segments (offload/)
         log_.truncation_listeners.append(self.remote_segments.on_truncate)
+        self.modes = ModeHistory.open(directory, log_.log_end_offset)  # mode markers (log/modes.py)
+        log_.truncation_listeners.append(self.modes.truncate_from)
+        self.created_diskless = settings.diskless  # the mode without a marker: the topic's at creation
         self.producers = producers
         self.settings = settings
         self.epochs = LeaderEpochCache.open(directory)
@@ -219,6 +223,56 @@ class Partition:
         assert outcome.base_offset == offset, (outcome.base_offset, offset)
         self.remote_segments.commit_through(self.log.high_watermark)
         return offset
+
+    # -- mode ---------------------------------------------------------------------------------
+    @property
+    def diskless(self) -> bool:
+        """The mode the log is appended in now (the last mode marker's): the leader accepts
+        only that mode's appends."""
+        return self.modes.diskless(self.created_diskless)
+
+    @property
+    def may_reference_wal(self) -> bool:
+        """Whether the log may hold COORDINATES entries: the WAL file manager must ask it."""
+        return self.settings.diskless or self.modes.ever_diskless(self.created_diskless)
+
+    def switch_mode(self, diskless: bool) -> int:
+        """Leader: start appending in `diskless` mode (no-op when already in it). Seals the
+        active segment, so the old mode's entries end a segment, and appends a mode marker;
+        returns its offset, the first of the new mode. Atomic on the event loop: an append
+        of either mode lands wholly before the marker or is refused after it."""
+        self.check_leader()
+        if diskless == self.diskless:
+            return self.modes.boundary()
+        self.log.roll()
+        data = encode_mode_marker(ModeEvent(1, diskless, self.diskless), self._clock.now_ms())
+        offset = self.log.log_end_offset
+        self.modes.record(ModeChange(offset, diskless, self.leader_epoch))
+        try:
+            outcome = self._append(EntryKind.MODE, [(parse_header(data), data)])
+        except BaseException:
+            self.modes.truncate_from(offset)
+            raise
+        assert outcome.base_offset == offset, (outcome.base_offset, offset)
+        log.info(
+            "%s-%d: switched to %s at offset %d (epoch %d)",
+            self.topic,
+            self.index,
+            "diskless" if diskless else "classic",
+            offset,
+            self.leader_epoch,
+        )
+        return offset
+
+    def _check_mode(self, diskless: bool) -> None:
+        """Refuse an append of the mode the partition is not in: retriable, and the client
+        refreshes its metadata, which by then routes it to the new mode."""
+        if diskless != self.diskless:
+            raise ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"{self.topic}-{self.index} is {'diskless' if self.diskless else 'classic'} now "
+                f"(switched at offset {self.modes.boundary()}): refresh metadata and retry",
+            )
 
     def _rebuild_producer_state(self) -> None:
         """Latest snapshot plus the log tail after it: cost is the tail, not the log."""
@@ -365,6 +419,8 @@ class Partition:
             self.producers.replay(header, header.base_offset)
             if kind == EntryKind.REMOTE_SEGMENT:
                 self.remote_segments.on_append(header.base_offset, epoch, decode_marker(data))
+            elif kind == EntryKind.MODE:
+                self.modes.record(ModeChange(header.base_offset, decode_mode_marker(data).diskless, epoch))
             appended += len(data)
         hw = self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
         self.remote_segments.commit_through(hw)
@@ -402,6 +458,10 @@ class Partition:
         self.epochs.truncate_from_end(0)
         self._reload_producers()
 
+    def install_leader_modes(self, snapshot: bytes, start_offset: int) -> None:
+        """After `restart_at`: the leader's mode markers below its log start are ours too."""
+        self.modes.install(snapshot, start_offset)
+
     def _reload_producers(self) -> None:
         start = self.producers.truncate_and_reload(self.directory, self.log.log_start_offset, self.log.log_end_offset)
         for entry in self.log.iter_entries(start):
@@ -412,6 +472,7 @@ class Partition:
         now_ms = self._clock.now_ms()
         found = validate_batches(records, self.settings, now_ms)
         self.check_acks(acks)
+        self._check_mode(diskless=False)
         items: list[tuple[BatchHeader, memoryview | bytearray]] = []
         for pos, header in found:
             data: memoryview | bytearray = records[pos : pos + header.size]
@@ -425,6 +486,7 @@ class Partition:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the
         batch lives). Same producer-state checks and offset assignment as append_records."""
         self.check_acks(acks)
+        self._check_mode(diskless=True)
         items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
         return self._append(EntryKind.COORDINATES, items)
 

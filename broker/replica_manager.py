@@ -125,6 +125,7 @@ class ReplicaManager:
             partition = self.partitions.get(TopicPartition(name, index))
             if partition is not None:
                 partition.update_settings(topic.settings)
+                partition.created_diskless = topic.born_diskless
         if self._started:  # states may have arrived before their topic record
             for index, state in self._view.partitions_of(str(topic.topic_id)).items():
                 self._on_partition_state(TopicIdPartition.of(topic.topic_id, index), state)
@@ -142,6 +143,7 @@ class ReplicaManager:
             self._on_append,
         )
         partition.topic_id = str(topic.topic_id)
+        partition.created_diskless = topic.born_diskless
         self.partitions[TopicPartition(topic.name, index)] = partition
         self._metrics.partitions.set(len(self.partitions))
         return partition

@@ -1,12 +1,11 @@
-"""A topic's mode as a lifecycle: classic, diskless, and the transitional states an online
-switch between them passes through.
+"""A topic's mode, and a partition's on the way from one mode to the other.
 
 Handlers ask the mode how a partition is appended to and served (`appends_to_wal`,
-`serves_by_az`) instead of branching on the stored `diskless.enable` flag, so the switch
-(a later issue) changes what the mode answers, not every handler. A transitional state
-keeps its source mode's data paths: the switch flips them when it completes, and may be
-abandoned back to the source mode. `transition` is the only legal way from one mode to
-another; today only the settled modes occur (the mode is fixed when a topic is created).
+`serves_by_az`) instead of branching on the stored `diskless.enable` flag. A topic is
+served in the mode `diskless.enable` names from the moment it changes; each partition's
+leader then switches its log (mode_switch.py), and until that is committed the partition is
+in a transitional state, which keeps its source mode's data paths: its leader still accepts
+only the old mode's appends, and refuses the new mode's retriably until it switches.
 """
 
 from __future__ import annotations
@@ -37,10 +36,6 @@ class TopicMode(Enum):
         return _SERVED_AS[self] is TopicMode.DISKLESS
 
 
-class IllegalModeTransition(ValueError):
-    """A move the lifecycle does not allow (say, diskless straight to classic)."""
-
-
 _SERVED_AS = {
     TopicMode.CLASSIC: TopicMode.CLASSIC,
     TopicMode.DISKLESS: TopicMode.DISKLESS,
@@ -48,21 +43,14 @@ _SERVED_AS = {
     TopicMode.DISKLESS_TO_CLASSIC: TopicMode.DISKLESS,
 }
 
-TRANSITIONS: dict[TopicMode, frozenset[TopicMode]] = {
-    TopicMode.CLASSIC: frozenset({TopicMode.CLASSIC_TO_DISKLESS}),
-    TopicMode.CLASSIC_TO_DISKLESS: frozenset({TopicMode.DISKLESS, TopicMode.CLASSIC}),  # complete, or abandon
-    TopicMode.DISKLESS: frozenset({TopicMode.DISKLESS_TO_CLASSIC}),
-    TopicMode.DISKLESS_TO_CLASSIC: frozenset({TopicMode.CLASSIC, TopicMode.DISKLESS}),  # complete, or abandon
-}
 
-
-def transition(current: TopicMode, target: TopicMode) -> TopicMode:
-    """`target`, if the lifecycle allows moving there from `current` (IllegalModeTransition if not)."""
-    if target not in TRANSITIONS[current]:
-        raise IllegalModeTransition(f"a topic cannot go from {current.value} to {target.value}")
-    return target
+def partition_mode(diskless: bool, wanted_diskless: bool) -> TopicMode:
+    """A partition's mode: the one its log is in (`diskless`), or on the way to the topic's."""
+    if diskless == wanted_diskless:
+        return TopicMode.DISKLESS if diskless else TopicMode.CLASSIC
+    return TopicMode.DISKLESS_TO_CLASSIC if diskless else TopicMode.CLASSIC_TO_DISKLESS
 
 
 def mode_of(settings: TopicSettings) -> TopicMode:
-    """The mode stored today: `diskless.enable`, fixed when the topic was created."""
+    """The mode a topic is served in: its `diskless.enable`."""
     return TopicMode.DISKLESS if settings.diskless else TopicMode.CLASSIC

@@ -51,11 +51,28 @@ class Topic:
     configs: dict[str, str]
     settings: TopicSettings
     internal: bool = False
+    created_diskless: bool | None = None  # None: as `settings` say (never switched)
 
     @property
     def mode(self) -> TopicMode:
         """How the topic's partitions are appended to and served (topic_mode.py)."""
         return mode_of(self.settings)
+
+    @property
+    def born_diskless(self) -> bool:
+        """The mode of a partition whose log holds no mode marker (log/modes.py)."""
+        return self.settings.diskless if self.created_diskless is None else self.created_diskless
+
+    def record(self) -> records.TopicRecord:
+        return records.TopicRecord(
+            records.RECORD_VERSION,
+            self.name,
+            str(self.topic_id),
+            self.partitions,
+            self.configs,
+            self.internal,
+            self.born_diskless,
+        )
 
 
 Listener = Callable[[str, "Topic | None"], Awaitable[None]]
@@ -113,11 +130,8 @@ class TopicCatalog:
         visible only once every partition has a state. States are keyed by topic id, so a
         creation that loses a race leaves nothing but its own keys, which it deletes."""
         written = await self._write_states(topic, assignment)
-        record = records.TopicRecord(
-            records.RECORD_VERSION, topic.name, str(topic.topic_id), topic.partitions, topic.configs, topic.internal
-        )
         try:
-            await self.store.put(records.topic_key(topic.name), records.encode(record), expected_revision=0)
+            await self.store.put(records.topic_key(topic.name), records.encode(topic.record()), expected_revision=0)
         except RevisionConflict:
             await self._delete_keys([kv.key for kv in written])
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from None
@@ -137,12 +151,13 @@ class TopicCatalog:
         """A topic record seen in the store (maybe written by another broker)."""
         topic = self._from_record(record)
         known = self._by_name.get(topic.name)
-        if known is not None and (known.topic_id, known.partitions, known.configs, known.internal) == (
-            topic.topic_id,
-            topic.partitions,
-            topic.configs,
-            topic.internal,
-        ):
+        if known is not None and (
+            known.topic_id,
+            known.partitions,
+            known.configs,
+            known.internal,
+            known.born_diskless,
+        ) == (topic.topic_id, topic.partitions, topic.configs, topic.internal, topic.born_diskless):
             return
         if known is not None and known.topic_id != topic.topic_id:
             await self.apply_delete(known.name)  # deleted and created again meanwhile
@@ -204,16 +219,14 @@ class TopicCatalog:
         return await self._update(self._require(name), configs=self.check_configs(name, overrides))
 
     def check_configs(self, name: str, overrides: Mapping[str, str | None]) -> dict[str, str]:
-        """Validate a replacement of the topic's overrides; the mode may not change."""
+        """Validate a replacement of the topic's overrides. Leaving diskless.enable out keeps
+        the mode (a later diskless.default must not flip it); changing it switches the topic
+        online (mode_switch.py), except for internal topics."""
         topic = self._require(name)
         clean = validate_overrides(overrides)
         clean.setdefault(DISKLESS_ENABLE, topic.configs[DISKLESS_ENABLE])
-        if clean[DISKLESS_ENABLE] != topic.configs[DISKLESS_ENABLE]:
-            raise ApiError(
-                ErrorCode.INVALID_CONFIG,
-                f"{DISKLESS_ENABLE} is set when a topic is created; switching the mode of "
-                f"topic {name} online is not supported yet",
-            )
+        if clean[DISKLESS_ENABLE] != topic.configs[DISKLESS_ENABLE] and topic.internal:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"internal topic {name} is always classic")
         return clean
 
     def _require(self, name: str) -> Topic:
@@ -233,16 +246,9 @@ class TopicCatalog:
             configs,
             effective(configs, self.broker),
             topic.internal,
+            topic.born_diskless,
         )
-        record = records.TopicRecord(
-            records.RECORD_VERSION,
-            updated.name,
-            str(updated.topic_id),
-            updated.partitions,
-            updated.configs,
-            updated.internal,
-        )
-        await self.store.put(records.topic_key(topic.name), records.encode(record))
+        await self.store.put(records.topic_key(topic.name), records.encode(updated.record()))
         self._cache(updated)
         await self._notify(updated.name, updated)
         return updated
@@ -257,6 +263,7 @@ class TopicCatalog:
             configs,
             effective(configs, self.broker),
             record.internal,
+            record.created_diskless,
         )
 
     def _cache(self, topic: Topic) -> None:

@@ -65,6 +65,11 @@ class RangePlan(msgspec.Struct, frozen=True):
     def size_bytes(self) -> int:
         return sum(len(b.inline) if b.inline is not None else b.length for b in self.batches)
 
+    @property
+    def references_wal(self) -> bool:
+        """Whether any batch is read from a WAL object (a diskless range) rather than inline."""
+        return any(b.inline is None for b in self.batches)
+
 
 class Plan(msgspec.Struct, frozen=True):
     version: int

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
 from ..context import HandlerContext
+from ..mode_status import STATUS_CONFIG, partition_modes, switch_status
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
-from ..topic_config import ConfigEntry, ConfigSource, TOPIC_CONFIGS, broker_value, describe
+from ..topic_config import ConfigEntry, ConfigSource, ConfigType, TOPIC_CONFIGS, broker_value, describe
 from .config_resources import ResourceType, broker_entries, check_broker_resource, require_resource_type
 from .registry import api
+
+if TYPE_CHECKING:
+    from ..topics import Topic
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Config = _Result.DescribeConfigsResourceResult
@@ -31,7 +35,7 @@ async def handle(
                 topic = broker.catalog.get(resource.resource_name)
                 if topic is None:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {resource.resource_name!r}")
-                entries = describe(topic.configs, broker.config)
+                entries = [*describe(topic.configs, broker.config), _mode_status(broker, topic)]
             else:
                 check_broker_resource(broker, resource.resource_name)
                 entries = broker_entries(broker)
@@ -51,7 +55,7 @@ async def handle(
             _Config(
                 name=e.name,
                 value=e.value,
-                read_only=kind == ResourceType.BROKER,
+                read_only=kind == ResourceType.BROKER or e.name == STATUS_CONFIG,
                 config_source=e.source,
                 is_default=e.source == ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=False,
@@ -72,6 +76,17 @@ async def handle(
             )
         )
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _mode_status(broker: HandlerContext, topic: Topic) -> ConfigEntry:
+    """Read-only: the topic's mode, or how far a switch of it has come (mode_status.py)."""
+    return ConfigEntry(
+        STATUS_CONFIG,
+        switch_status(topic, partition_modes(topic, broker.view)),
+        ConfigSource.TOPIC_CONFIG,  # shown beside diskless.enable by tools that hide defaults
+        ConfigType.STRING,
+        "Read only: the topic's mode once every partition is in it, else the progress of the switch.",
+    )
 
 
 def _synonyms(broker: HandlerContext, entry: ConfigEntry) -> list[Any]:

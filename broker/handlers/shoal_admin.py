@@ -1,5 +1,6 @@
 """The Shoal admin API's commands (protocol/admin.py has the frames): what `shoal walfiles
-status|gc`, `shoal tiering status|run` and `shoal cluster describe` ask.
+status|gc`, `shoal tiering status|run`, `shoal cluster describe` and `shoal topics
+describe|set-mode` (each partition's mode, from the cluster view) ask.
 
 The WAL file manager runs on the controller; any other broker answers `walfiles.*` with
 NOT_CONTROLLER and the controller's address, and the CLI asks there. Tiering runs on every
@@ -14,10 +15,19 @@ from typing import Any
 import msgspec
 
 from ..context import HandlerContext
+from ..mode_status import partition_modes, switch_status
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
 
-COMMANDS = ("walfiles.status", "walfiles.gc", "tiering.status", "tiering.run", "cluster.brokers", "objects.check")
+COMMANDS = (
+    "walfiles.status",
+    "walfiles.gc",
+    "tiering.status",
+    "tiering.run",
+    "cluster.brokers",
+    "objects.check",
+    "topics.modes",
+)
 HEALTH_KEY = "shoal-health-check"  # a HEAD of a key that is never written: the store answers or not
 
 
@@ -35,6 +45,8 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
         except Exception as exc:  # noqa: BLE001 - any failure is the answer
             return answer({"node_id": broker.node_id, "reachable": False, "error": f"{type(exc).__name__}: {exc}"})
         return answer({"node_id": broker.node_id, "reachable": True, "error": None})
+    if request.command == "topics.modes":  # `shoal topics describe|set-mode`: each partition's mode
+        return _modes(broker, request, answer)
     if request.command == "cluster.brokers":  # what Kafka's DescribeCluster does not say
         return answer(
             [
@@ -55,6 +67,23 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
     if not isinstance(dry_run, bool):
         return answer(None, ErrorCode.INVALID_REQUEST, "dry_run must be true or false")
     return answer(msgspec.to_builtins(await manager.run_cycle(dry_run=dry_run)))
+
+
+def _modes(broker: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:
+    names = request.args.get("topics")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return answer(None, ErrorCode.INVALID_REQUEST, "topics must be a list of topic names")
+    result = {}
+    for name in names:
+        topic = broker.catalog.get(name)
+        if topic is None:
+            return answer(None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such topic: {name}")
+        modes = partition_modes(topic, broker.view)
+        result[name] = {
+            "status": switch_status(topic, modes),
+            "partitions": [{"partition": m.partition, "mode": m.mode.value, "since": m.boundary} for m in modes],
+        }
+    return answer(result)
 
 
 async def _tiering(broker: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:

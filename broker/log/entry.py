@@ -46,7 +46,7 @@ class EntryKind(IntEnum):
     RECORDS = 1  # classic topics: the batch's records (header + payload = the Kafka batch)
     COORDINATES = 2  # diskless topics: where the batch lives in a WAL object
     REMOTE_SEGMENT = 3  # a tiered segment's state change (markers.py): a Kafka control batch
-    # 4.. reserved: mode markers
+    MODE = 4  # where the partition switched between classic and diskless (modes.py): a control batch
 
 
 _KINDS = {int(k): k for k in EntryKind}

@@ -24,7 +24,8 @@ import msgspec
 
 from broker.protocol.batch import BATCH_HEADER_SIZE, CONTROL_FLAG, MAGIC_V2, OFFSET_ATTRIBUTES, parse_header
 
-SHOAL_REMOTE_SEGMENT = 0x5301  # control record type: outside Kafka's range (0..6 today)
+SHOAL_REMOTE_SEGMENT = 0x5301  # control record types: outside Kafka's range (0..6 today)
+SHOAL_MODE = 0x5302  # a mode marker (modes.py)
 EVENT_VERSION = 1
 _CONTROL_KEY = struct.Struct(">hh")
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -38,7 +39,7 @@ class RemoteSegmentState(IntEnum):
 
 
 class MarkerFormatError(ValueError):
-    """A REMOTE_SEGMENT entry this broker cannot read."""
+    """A marker entry (remote-segment or mode) this broker cannot read."""
 
 
 class RemoteSegmentEvent(msgspec.Struct, array_like=True, frozen=True):
@@ -72,10 +73,10 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_marker(event: RemoteSegmentEvent, timestamp_ms: int) -> bytes:
-    """The control batch (offset 0, epoch 0: the log patches both on append)."""
-    key = _CONTROL_KEY.pack(0, SHOAL_REMOTE_SEGMENT)
-    value = _ENCODER.encode(event)
+def encode_control(control_type: int, value: bytes, timestamp_ms: int) -> bytes:
+    """A Kafka control batch of one record: key = (version 0, `control_type`), `value` as
+    given (offset 0, epoch 0: the log patches both on append)."""
+    key = _CONTROL_KEY.pack(0, control_type)
     body = b"\x00" + _varint(0) + _varint(0) + _varint(len(key)) + key + _varint(len(value)) + value + _varint(0)
     record = _varint(len(body)) + body
     batch = bytearray(
@@ -86,13 +87,14 @@ def encode_marker(event: RemoteSegmentEvent, timestamp_ms: int) -> bytes:
     return bytes(batch)
 
 
-def decode_marker(data: bytes | bytearray | memoryview) -> RemoteSegmentEvent:
-    """The event of a marker entry's data (the control batch)."""
+def control_value(data: bytes | bytearray | memoryview, control_type: int) -> memoryview:
+    """The value of the one record of a control batch of `control_type` (MarkerFormatError
+    if `data` is anything else)."""
     view = memoryview(data)
     try:
         header = parse_header(view)
         if not header.is_control or header.records_count != 1:
-            raise MarkerFormatError("a remote-segment marker is a control batch of one record")
+            raise MarkerFormatError("a marker is a control batch of one record")
         pos = BATCH_HEADER_SIZE
         _length, pos = _read_varint(view, pos)
         pos += 1  # record attributes
@@ -100,12 +102,29 @@ def decode_marker(data: bytes | bytearray | memoryview) -> RemoteSegmentEvent:
         _delta, pos = _read_varint(view, pos)
         key_length, pos = _read_varint(view, pos)
         _version, kind = _CONTROL_KEY.unpack_from(view, pos)
-        if kind != SHOAL_REMOTE_SEGMENT:
-            raise MarkerFormatError(f"control type {kind} is not a remote-segment marker")
+        if kind != control_type:
+            raise MarkerFormatError(f"control type {kind} is not {control_type:#x}")
         pos += key_length
         value_length, pos = _read_varint(view, pos)
-        event = _DECODER.decode(view[pos : pos + value_length])
-    except (ValueError, IndexError, struct.error, msgspec.DecodeError) as exc:
+        if value_length < 0 or pos + value_length > len(view):
+            raise MarkerFormatError("marker value overruns the batch")
+        return view[pos : pos + value_length]
+    except (ValueError, IndexError, struct.error) as exc:
+        if isinstance(exc, MarkerFormatError):
+            raise
+        raise MarkerFormatError(f"unreadable marker: {exc}") from None
+
+
+def encode_marker(event: RemoteSegmentEvent, timestamp_ms: int) -> bytes:
+    """The control batch of a remote-segment event."""
+    return encode_control(SHOAL_REMOTE_SEGMENT, _ENCODER.encode(event), timestamp_ms)
+
+
+def decode_marker(data: bytes | bytearray | memoryview) -> RemoteSegmentEvent:
+    """The event of a marker entry's data (the control batch)."""
+    try:
+        event = _DECODER.decode(control_value(data, SHOAL_REMOTE_SEGMENT))
+    except msgspec.DecodeError as exc:
         raise MarkerFormatError(f"unreadable remote-segment marker: {exc}") from None
     if event.version != EVENT_VERSION:
         raise MarkerFormatError(f"remote-segment event version {event.version} is not supported")

@@ -466,10 +466,15 @@ class PartitionLog:
     def maybe_roll(self, now_ms: int | None = None) -> bool:
         """Roll a non-empty active segment whose first entry was appended more than segment.ms ago
         (by the clock: an idle partition still rolls, whatever its record timestamps say)."""
+        now = self._clock.now_ms() if now_ms is None else now_ms
+        return self.roll(lambda seg: now - seg.created_ms > self._config.segment_ms)
+
+    def roll(self, when: Callable[[Segment], bool] = lambda _seg: True) -> bool:
+        """Seal a non-empty active segment (if `when` says so) and start the next one: a mode
+        switch starts the new mode in a segment of its own."""
         with self._lock:
-            now = self._clock.now_ms() if now_ms is None else now_ms
             seg = self._segments[-1]
-            if self._closing or seg.size == 0 or now - seg.created_ms <= self._config.segment_ms:
+            if self._closing or seg.size == 0 or not when(seg):
                 return False
             seg = self._roll()
         if self._on_segment_roll is not None:

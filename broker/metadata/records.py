@@ -34,6 +34,9 @@ class TopicRecord(msgspec.Struct, frozen=True):
     partitions: int
     configs: dict[str, str]
     internal: bool = False
+    # The mode its partitions had when created (their mode until a mode marker); None in
+    # records written before topics could switch, whose diskless.enable never changed.
+    created_diskless: bool | None = None
 
 
 class ProducerIdBlockRecord(msgspec.Struct, frozen=True):
@@ -74,6 +77,10 @@ class PartitionStateRecord(msgspec.Struct, frozen=True):
     leader_epoch: int
     isr: list[int]
     partition_epoch: int = 0  # bumped by every change, as KRaft does
+    # The mode its leader switched it to and the offset of that switch's mode marker, once
+    # committed (mode_switch.py); None / -1: the topic's creation mode, never switched.
+    diskless: bool | None = None
+    mode_offset: int = -1
 
 
 def topic_key(name: str) -> str:

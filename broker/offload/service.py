@@ -211,8 +211,9 @@ class OffloadService:
 
     async def _plan_and_run(self, plan_id: str, partitions: list[Partition], report: RunReport) -> None:
         ranges = await self._plan(plan_id, partitions, report)
-        diskless = [(p, r) for p, r in ranges if p.settings.diskless]
-        classic = [(p, r) for p, r in ranges if not p.settings.diskless]
+        # By what the range holds, not the topic's mode: a switched topic has both kinds.
+        diskless = [(p, r) for p, r in ranges if r.references_wal]
+        classic = [(p, r) for p, r in ranges if not r.references_wal]
         if diskless:
             await self._run_job(plan_id, diskless, report)
         if classic:

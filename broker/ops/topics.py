@@ -1,12 +1,18 @@
-"""`shoal topics list|describe|create|delete`: kafka-topics' commands and columns, plus each
-topic's mode (classic or diskless: the `diskless.enable` topic config)."""
+"""`shoal topics list|describe|create|alter|delete|set-mode`: kafka-topics' commands and
+columns, plus each topic's and partition's mode (classic or diskless: the `diskless.enable`
+topic config, and where each partition's log switched, from the admin API's `topics.modes`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from typing import Any
 
+from ..admin_client import AdminClient, AdminError, parse_bootstrap
 from .connection import CommandError, UsageError, admin_client
+
+POLL_S = 0.5  # set-mode --wait: between looks at the partitions' modes
 
 MODES = {"classic": "false", "diskless": "true"}
 
@@ -39,14 +45,28 @@ def add_parsers(commands: Any, add_connection_args: Any) -> None:
     delete = topics.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("topic", metavar="TOPIC")
     delete.add_argument("--if-exists", action="store_true", help="succeed if there is no such topic")
-    for parser in (listing, describe, create, alter, delete):
+    set_mode = topics.add_parser("set-mode", help="switch a topic between classic and diskless, online")
+    set_mode.add_argument("topic", metavar="TOPIC")
+    set_mode.add_argument("mode", choices=sorted(MODES), metavar="classic|diskless")
+    set_mode.add_argument("--wait", action="store_true", help="return once every partition has switched")
+    set_mode.add_argument(
+        "--timeout-ms", type=int, default=300_000, help="with --wait: give up after this long (default 5 min)"
+    )
+    for parser in (listing, describe, create, alter, delete, set_mode):
         add_connection_args(parser)
 
 
 def command(args: argparse.Namespace) -> tuple[Any, str]:
     client = admin_client(args)
     try:
-        commands = {"list": _list, "describe": _describe, "create": _create, "alter": _alter, "delete": _delete}
+        commands = {
+            "list": _list,
+            "describe": _describe,
+            "create": _create,
+            "alter": _alter,
+            "delete": _delete,
+            "set-mode": _set_mode,
+        }
         return commands[args.topics_command](client, args)
     finally:
         client.close()
@@ -79,16 +99,20 @@ def _describe(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
     if missing:
         raise CommandError(f"no such topic: {', '.join(missing)} (`shoal topics list` shows what exists)")
     configs = _configs(client, [t["name"] for t in described])
+    modes = _modes(args, [t["name"] for t in described])
     result, lines = [], []
     for topic in sorted(described, key=lambda t: t["name"]):
         name, cfg = topic["name"], configs.get(topic["name"], {})
         min_isr = int(cfg.get("min.insync.replicas", "1"))
+        by_index = {m["partition"]: m for m in modes.get(name, {}).get("partitions", [])}
         partitions = [
             {
                 "partition": p["partition_index"],
                 "leader": p["leader_id"],
                 "replicas": p["replica_nodes"],
                 "isr": p["isr_nodes"],
+                "mode": by_index.get(p["partition_index"], {}).get("mode"),
+                "mode_since": by_index.get(p["partition_index"], {}).get("since", -1),
             }
             for p in sorted(topic["partitions"], key=lambda p: p["partition_index"])
         ]
@@ -96,7 +120,7 @@ def _describe(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
         filtered = args.under_replicated_partitions or args.unavailable_partitions or args.under_min_isr_partitions
         if filtered and not shown:
             continue
-        mode = "diskless" if cfg.get("diskless.enable") == "true" else "classic"
+        mode = modes.get(name, {}).get("status") or ("diskless" if cfg.get("diskless.enable") == "true" else "classic")
         replication = len(partitions[0]["replicas"]) if partitions else 0
         result.append(
             {
@@ -117,9 +141,62 @@ def _describe(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
         lines += [
             f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader'] if p['leader'] >= 0 else 'none'}\t"
             f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
+            + (f"\tMode: {p['mode']}" if p["mode"] else "")
+            + (f" (since offset {p['mode_since']})" if p["mode_since"] >= 0 else "")
             for p in shown
         ]
     return result, "\n".join(lines)
+
+
+def _modes(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Each topic's switch status and partition modes ({} from a broker without the command)."""
+    try:
+        found: dict[str, Any] = AdminClient(parse_bootstrap(args.bootstrap_server)).call(
+            "topics.modes", {"topics": names}
+        )
+    except (AdminError, ValueError, OSError):
+        return {}
+    return found
+
+
+def _set_mode(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    """IncrementalAlterConfigs of diskless.enable (what kafka-configs would send), then with
+    --wait the partitions' progress until each is in the new mode."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import KafkaError
+
+    resource = ConfigResource(ConfigResourceType.TOPIC, args.topic, {"diskless.enable": MODES[args.mode]})
+    try:
+        outcome = client.alter_configs([resource], incremental=True)
+    except KafkaError as exc:
+        raise CommandError(f"cannot switch {args.topic} to {args.mode}: {exc}") from None
+    refused = [r for by_name in outcome.values() for r in by_name.values() if r != "OK"]
+    if refused:
+        raise CommandError(f"the broker refused to switch {args.topic}: {refused[0]}")
+    if not args.wait:
+        return (
+            {"topic": args.topic, "mode": args.mode, "switched": None},
+            f"Switching {args.topic} to {args.mode}; `shoal topics describe {args.topic}` shows the progress.",
+        )
+    deadline = time.monotonic() + args.timeout_ms / 1000  # noqa: TID251 - a CLI process, not the broker's loop
+    shown = ""
+    while True:
+        status = _modes(args, [args.topic]).get(args.topic, {})
+        line = status.get("status", "no answer from the cluster")
+        if line == args.mode:
+            return {"topic": args.topic, "mode": args.mode, "switched": True, "partitions": status["partitions"]}, (
+                f"{args.topic} is {args.mode}: every partition has switched."
+            )
+        if line != shown:
+            print(line, file=sys.stderr, flush=True)
+            shown = line
+        if time.monotonic() >= deadline:  # noqa: TID251
+            raise CommandError(
+                f"{args.topic} has not finished switching to {args.mode} after {args.timeout_ms} ms: {line}. "
+                "It resumes by itself once the waiting partitions have leaders; see the runbook "
+                "'A mode switch does not finish' in docs/operations.md"
+            )
+        time.sleep(POLL_S)  # noqa: TID251
 
 
 def _wanted(partition: dict[str, Any], args: argparse.Namespace, min_isr: int) -> bool:

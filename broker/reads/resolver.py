@@ -49,6 +49,7 @@ RESOLVERS: dict[EntryKind, KindResolver] = {
     EntryKind.RECORDS: _records,
     EntryKind.COORDINATES: _coordinates,
     EntryKind.REMOTE_SEGMENT: _records,  # a control batch: served, and skipped by clients
+    EntryKind.MODE: _records,  # likewise
 }
 SERVED_KINDS = frozenset(RESOLVERS)  # the entry kinds that stand for batches a reader serves
 

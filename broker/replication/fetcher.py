@@ -147,6 +147,8 @@ class ReplicaFetcher:
             partition.restart_at(result.log_start_offset)
             if result.remote_segments:  # what the leader tiered below its log: now ours too
                 partition.remote_segments.install(result.remote_segments, result.log_start_offset)
+            if result.modes:
+                partition.install_leader_modes(result.modes, result.log_start_offset)
             return True
         if result.error_code:
             log.debug(

@@ -143,4 +143,5 @@ class ReplicaFetchService:
                 log_.high_watermark if log_ else -1,
                 log_.log_start_offset if log_ else -1,
                 remote_segments=tiered.snapshot() if tiered is not None and tiered.known else b"",
+                modes=partition.modes.snapshot() if partition is not None and below_start else b"",
             )

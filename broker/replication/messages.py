@@ -40,6 +40,7 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
     # With OFFSET_OUT_OF_RANGE below the leader's local log: the leader's tiered segments
     # (remote_segments.py snapshot), so a follower starting over there knows them too.
     remote_segments: bytes = b""
+    modes: bytes = b""  # likewise its mode markers (log/modes.py snapshot)
 
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):

@@ -1,5 +1,6 @@
 """A data broker's side of the WAL file manager: answers `WalReferencesRequest` with every
-diskless replica it hosts and the oldest WAL object each one's log references
+replica it hosts whose log may reference WAL objects (a diskless partition, or one switched
+to classic whose log still holds its diskless range) and the oldest WAL object each references
 (wal_references.py), and hands over what its WAL writer uploaded since it was last asked;
 answers `WalQueryRequest` with the asked objects each hosted replica references.
 
@@ -84,7 +85,7 @@ class ReferenceReporter:
         now_ms = self._clock.now_ms()
         replicas = []
         for partition in list(self._replicas.partitions.values()):
-            if not partition.settings.diskless or not partition.topic_id:
+            if not partition.may_reference_wal or not partition.topic_id:
                 continue
             oldest = partition.wal_references.oldest_created_ms()
             leader = partition.leader_state is not None

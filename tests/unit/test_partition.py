@@ -34,7 +34,7 @@ def batch(seq: int, count: int = 2, producer_id: int = 7, epoch: int = 0, ts: in
 
 
 def open_partition(directory: Path, clock: ManualClock, **overrides: str) -> Partition:
-    settings = effective(overrides, load_config(environ={}))
+    settings = effective({"diskless.enable": "false", **overrides}, load_config(environ={}))  # appends records
     return lead(Partition.open("t", 0, directory, settings, clock, 86_400_000, on_append=lambda p: None))
 
 
@@ -92,7 +92,10 @@ def test_size_timestamp_and_min_isr_limits(tmp_path: Path, clock: ManualClock) -
         partition.append_records(batch(0), acks=1)
     assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
     partition.update_settings(
-        effective({"min.insync.replicas": "2", "message.timestamp.after.max.ms": "1000"}, load_config(environ={}))
+        effective(
+            {"diskless.enable": "false", "min.insync.replicas": "2", "message.timestamp.after.max.ms": "1000"},
+            load_config(environ={}),
+        )
     )
     with pytest.raises(ApiError) as info:
         partition.append_records(batch(0, ts=CLOCK_START + 5_000), acks=1)

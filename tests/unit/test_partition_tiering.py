@@ -50,7 +50,7 @@ def clock() -> ManualClock:
 
 
 def open_partition(directory: Path, clock: ManualClock, **overrides: str) -> Partition:
-    settings = effective(overrides, load_config(environ={}))
+    settings = effective({"diskless.enable": "false", **overrides}, load_config(environ={}))  # appends records
     return Partition.open("t", 0, directory, settings, clock, 86_400_000, on_append=lambda p: None)
 
 

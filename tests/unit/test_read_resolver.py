@@ -42,7 +42,12 @@ def coordinates_entry(seq: int, object_id: str) -> LogEntry:
 
 
 def test_every_kind_a_reader_serves_has_a_resolver() -> None:
-    served = {EntryKind.RECORDS, EntryKind.COORDINATES, EntryKind.REMOTE_SEGMENT}  # markers: control batches
+    served = {
+        EntryKind.RECORDS,
+        EntryKind.COORDINATES,
+        EntryKind.REMOTE_SEGMENT,
+        EntryKind.MODE,
+    }  # markers: control batches
     assert SERVED_KINDS == served == set(resolver.RESOLVERS)
 
 

@@ -1,0 +1,172 @@
+"""Online mode switches: each leader brings its partitions to their topic's `diskless.enable`.
+
+An operator changes `diskless.enable` (AlterConfigs, IncrementalAlterConfigs, `shoal topics
+set-mode`); the topic record then names the mode wanted, and every broker routes clients by
+it. Each partition's leader, on the change and on every tick, compares the mode its log is
+appended in (the last mode marker, log/modes.py) with the topic's, and when they differ
+switches: seals the active segment, appends a mode marker, and from then on accepts only the
+new mode's appends (Partition.switch_mode). Appends of the old mode that arrive later, such
+as a commit of a WAL object uploaded before the switch, are refused with a retriable error,
+so a batch lands wholly before the marker or is retried after it; producer state is the
+partition's and carries across.
+
+Once the marker is committed (the high watermark passed it), the leader writes the mode and
+the marker's offset into the partition state in the metadata store (compare-and-set, like an
+ISR change), so every broker can show the switch's progress (`shoal topics describe`,
+DescribeConfigs' `diskless.mode.status`). A partition without a leader switches when it gets
+one: a new leader runs the same check, and a marker it does not hold (lost with the old
+leader's uncommitted tail) is simply appended again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from .metadata import KeyValue, MetadataError
+from .mode_status import recorded_mode
+from .metadata import records
+from .partition_ids import TopicIdPartition
+from .protocol.errors import ApiError
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .cluster.view import ClusterView
+    from .metadata import MetadataStore
+    from .metrics import BrokerMetrics
+    from .partition import Partition
+    from .replica_manager import ReplicaManager
+    from .topics import Topic, TopicCatalog
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5  # how often leaders look for partitions whose mode is not their topic's
+
+
+def mode_name(diskless: bool) -> str:
+    return "diskless" if diskless else "classic"
+
+
+class ModeSwitcher:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        catalog: TopicCatalog,
+        view: ClusterView,
+        store: MetadataStore,
+        clock: Clock,
+        metrics: BrokerMetrics,
+    ) -> None:
+        self._replicas = replicas
+        self._catalog = catalog
+        self._view = view
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._writing: set[TopicIdPartition] = set()
+        catalog.subscribe(self._on_topic)
+        replicas.on_role_changed(lambda _partition: self.wake())
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="mode-switch")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def wake(self) -> None:
+        """A topic's config or a partition's leadership changed: look now, not at the next tick."""
+        self._wake.set()
+
+    async def _on_topic(self, _name: str, _topic: Topic | None) -> None:
+        self.wake()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), TICK_S)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("mode switch check failed")
+
+    async def reconcile(self) -> None:
+        """Switch every led partition whose mode is not its topic's; publish committed switches."""
+        pending = 0
+        led = {True: 0, False: 0}
+        for partition in list(self._replicas.partitions.values()):
+            topic = self._catalog.get(partition.topic)
+            if partition.leader_state is None or topic is None:
+                continue
+            wanted = topic.settings.diskless
+            if partition.diskless != wanted:
+                self._switch(partition, wanted)
+            led[partition.diskless] += 1
+            if not await self._publish(partition, topic):
+                pending += 1
+        self._metrics.mode_switch_pending_partitions.set(pending)
+        for diskless, count in led.items():
+            self._metrics.leader_partitions_by_mode.labels(mode_name(diskless)).set(count)
+
+    def _switch(self, partition: Partition, diskless: bool) -> None:
+        try:
+            partition.switch_mode(diskless)
+        except ApiError as exc:  # the disk refused the marker, say: the next tick tries again
+            log.warning("%s-%d: switching to %s failed: %s", partition.topic, partition.index, mode_name(diskless), exc)
+            return
+        self._metrics.mode_switches.labels(mode_name(diskless)).inc()
+
+    async def _publish(self, partition: Partition, topic: Topic) -> bool:
+        """Write the partition's committed mode into its state; True when the store already
+        holds the topic's mode (nothing left to do for this partition)."""
+        pid = TopicIdPartition(partition.topic_id, partition.index)
+        state = self._view.partitions.get(pid)
+        if state is None:
+            return False
+        boundary = partition.modes.boundary()
+        current = (partition.diskless, boundary)
+        if recorded_mode(state.record, topic) == current:
+            return partition.diskless == topic.settings.diskless
+        leader = partition.leader_state
+        if (
+            boundary >= partition.log.high_watermark  # the marker is not committed yet
+            or leader is None
+            or leader.pending_isr is not None
+            or state.revision != partition.state_revision
+            or pid in self._writing
+        ):
+            return False
+        record = msgspec.structs.replace(
+            state.record,
+            diskless=partition.diskless,
+            mode_offset=boundary,
+            partition_epoch=state.record.partition_epoch + 1,
+        )
+        key = records.partition_key(partition.topic_id, partition.index)
+        value = records.encode(record)
+        self._writing.add(pid)
+        try:
+            revision = await self._store.put(key, value, expected_revision=state.revision)
+        except MetadataError as exc:  # a conflict or an unknown outcome: the next tick looks again
+            log.info("%s-%d: recording the mode switch deferred (%s)", partition.topic, partition.index, exc)
+            return False
+        finally:
+            self._writing.discard(pid)
+        log.info(
+            "%s-%d: %s from offset %d (committed)",
+            partition.topic,
+            partition.index,
+            mode_name(partition.diskless),
+            boundary,
+        )
+        await self._view.apply_put(KeyValue(key, value, revision))
+        return partition.diskless == topic.settings.diskless
