@@ -211,9 +211,12 @@ class OffloadService:
 
     async def _plan_and_run(self, plan_id: str, partitions: list[Partition], report: RunReport) -> None:
         ranges = await self._plan(plan_id, partitions, report)
-        # By what the range holds, not the topic's mode: a switched topic has both kinds.
-        diskless = [(p, r) for p, r in ranges if r.references_wal]
-        classic = [(p, r) for p, r in ranges if not r.references_wal]
+        # A partition's ranges all go one way (each way commits them in order). The job reads
+        # WAL objects and inline batches alike, so a partition goes to it when it is diskless
+        # or any of its ranges references the WAL (a classic topic switched from diskless).
+        by_job = {p.key for p, r in ranges if p.settings.diskless or r.references_wal}
+        diskless = [(p, r) for p, r in ranges if p.key in by_job]
+        classic = [(p, r) for p, r in ranges if p.key not in by_job]
         if diskless:
             await self._run_job(plan_id, diskless, report)
         if classic:

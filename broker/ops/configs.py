@@ -46,7 +46,7 @@ def command(args: argparse.Namespace) -> tuple[Any, str]:
         found = client.describe_configs(
             [ConfigResource(kind, args.entity_name)], config_filter="all" if args.all else "modified"
         )
-    except KafkaError as exc:
+    except (KafkaError, ValueError) as exc:  # ValueError: kafka-python's own check of the keys
         raise CommandError(
             f"{args.configs_command} of {args.entity_type[:-1]} {args.entity_name} failed: {exc}"
         ) from None

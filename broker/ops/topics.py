@@ -170,6 +170,10 @@ def _set_mode(client: Any, args: argparse.Namespace) -> tuple[Any, str]:
         outcome = client.alter_configs([resource], incremental=True)
     except KafkaError as exc:
         raise CommandError(f"cannot switch {args.topic} to {args.mode}: {exc}") from None
+    except ValueError as exc:  # kafka-python checks the key against the topic's DescribeConfigs first
+        raise CommandError(
+            f"cannot switch {args.topic}: {exc}; does the topic exist? (`shoal topics list` shows what exists)"
+        ) from None
     refused = [r for by_name in outcome.values() for r in by_name.values() if r != "OK"]
     if refused:
         raise CommandError(f"the broker refused to switch {args.topic}: {refused[0]}")

@@ -229,3 +229,59 @@ def test_groups_list_describe_lag_delete(bootstrap: str) -> None:
     assert deleted.returncode == 0, deleted.stderr
     again = shoal("groups", "delete", "cli-g", *b)
     assert again.returncode == 1 and "cli-g" in again.stderr
+
+
+def test_set_mode_both_ways_with_describe_configs_and_added_partitions(bootstrap: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    b = ("--bootstrap-server", bootstrap)
+    assert shoal("topics", "create", "cli-switch", "--partitions", "2", "--mode", "classic", *b).returncode == 0
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(4):
+        producer.send("cli-switch", b"classic-%d" % i, partition=i % 2)
+    producer.flush()
+
+    bad = shoal("topics", "set-mode", "cli-switch", "tiered", *b)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    missing = shoal("topics", "set-mode", "no-such-topic", "diskless", *b)
+    assert missing.returncode == 1 and "no-such-topic" in missing.stderr
+    switched = shoal("topics", "set-mode", "cli-switch", "diskless", "--wait", *b, "--format", "json")
+    assert switched.returncode == 0, switched.stderr
+    answer = json.loads(switched.stdout)
+    assert answer["switched"] is True and [p["mode"] for p in answer["partitions"]] == ["diskless", "diskless"]
+    [topic] = json.loads(shoal("topics", "describe", "cli-switch", *b, "--format", "json").stdout)
+    assert topic["mode"] == "diskless" and [p["mode_since"] for p in topic["partitions"]] == [2, 2]
+    text = shoal("topics", "describe", "cli-switch", *b).stdout
+    assert "Mode: diskless (since offset 2)" in text, text
+    configs = json.loads(
+        shoal(
+            "configs", "describe", "--entity-type", "topics", "--entity-name", "cli-switch", *b, "--format", "json"
+        ).stdout
+    )
+    assert configs["diskless.enable"]["value"] == "true" and configs["diskless.mode.status"]["value"] == "diskless"
+
+    # a partition added now is created classic (the creation mode) and switched by its leader
+    assert shoal("topics", "alter", "cli-switch", "--partitions", "3", *b).returncode == 0
+    again = shoal("topics", "set-mode", "cli-switch", "diskless", "--wait", "--timeout-ms", "30000", *b)
+    assert again.returncode == 0, again.stderr
+    producer.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")  # knows the new partition
+    for i in range(6):
+        producer.send("cli-switch", b"diskless-%d" % i, partition=i % 3)
+    producer.flush()
+    back = shoal("topics", "set-mode", "cli-switch", "classic", "--wait", *b)
+    assert back.returncode == 0 and "cli-switch is classic" in back.stdout, back.stderr
+    for i in range(3):
+        producer.send("cli-switch", b"classic-again-%d" % i, partition=i)
+    producer.flush()
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=5000)
+    consumer.assign([TopicPartition("cli-switch", p) for p in range(3)])
+    consumer.seek_to_beginning()
+    got = sorted(m.value for m in consumer)
+    consumer.close()
+    expected = [b"classic-%d" % i for i in range(4)] + [b"diskless-%d" % i for i in range(6)]
+    assert got == sorted(expected + [b"classic-again-%d" % i for i in range(3)])
+    unreachable = shoal("topics", "set-mode", "cli-switch", "diskless", "--bootstrap-server", "127.0.0.1:1")
+    assert unreachable.returncode == 1
