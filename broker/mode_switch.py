@@ -120,7 +120,7 @@ class ModeSwitcher:
     def _switch(self, partition: Partition, diskless: bool) -> None:
         try:
             partition.switch_mode(diskless)
-        except ApiError as exc:  # the disk refused the marker, say: the next tick tries again
+        except (ApiError, OSError) as exc:  # the disk refused the roll or the marker: the next tick tries again
             log.warning("%s-%d: switching to %s failed: %s", partition.topic, partition.index, mode_name(diskless), exc)
             return
         self._metrics.mode_switches.labels(mode_name(diskless)).inc()

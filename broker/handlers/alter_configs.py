@@ -5,6 +5,7 @@ from __future__ import annotations
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
 from ..context import HandlerContext
+from ..mode_status import STATUS_CONFIG
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
@@ -21,9 +22,10 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: AlterCo
         try:
             if require_resource_type(resource.resource_type) == ResourceType.BROKER:
                 raise ApiError(ErrorCode.INVALID_REQUEST, STATIC_BROKER_MESSAGE)
-            await alter_topic(
-                broker, resource.resource_name, {c.name: c.value for c in resource.configs}, request.validate_only
-            )
+            # Tools that send back what DescribeConfigs listed (kafka-python, older
+            # kafka-configs) echo the read-only diskless.mode.status: not a config to set.
+            configs = {c.name: c.value for c in resource.configs if c.name != STATUS_CONFIG}
+            await alter_topic(broker, resource.resource_name, configs, request.validate_only)
             results.append(
                 _Result(
                     error_code=0,

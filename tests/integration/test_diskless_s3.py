@@ -574,11 +574,15 @@ def test_diskless_enable_config(s3_broker):
     assert describe_topic_configs_kafka_python(bs, topic)["diskless.enable"] == "true"
     assert describe_topic_configs_confluent(bs, topic)["diskless.enable"] == "true"
 
-    # Changing the mode is refused by every path; other configs still change.
-    for incremental in (False, True):
-        result = _alter(bs, topic, {"diskless.enable": "false"}, incremental)
-        assert "InvalidConfigurationError" in result and "[Error 40]" in result, (incremental, result)
-    assert _incremental_confluent(bs, topic, "diskless.enable", "false") == INVALID_CONFIG
+    # The mode switches online through every path (issue 16); a value that is not a boolean is refused.
+    for value, incremental in (("false", False), ("true", True)):
+        assert _alter(bs, topic, {"diskless.enable": value}, incremental) == "OK", (value, incremental)
+        assert describe_topic_configs_confluent(bs, topic)["diskless.enable"] == value
+    assert _incremental_confluent(bs, topic, "diskless.enable", "false") == 0
+    assert _incremental_confluent(bs, topic, "diskless.enable", "true") == 0
+    result = _alter(bs, topic, {"diskless.enable": "maybe"}, incremental=True)
+    assert "InvalidConfigurationError" in result and "[Error 40]" in result, result
+    assert _incremental_confluent(bs, topic, "diskless.enable", "maybe") == INVALID_CONFIG
     assert _alter(bs, topic, {"retention.ms": "7200000"}, incremental=True) == "OK"
     assert _incremental_confluent(bs, topic, "retention.bytes", "1073741824") == 0
     configs = describe_topic_configs_kafka_python(bs, topic)

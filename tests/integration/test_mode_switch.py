@@ -313,7 +313,9 @@ def test_switch_both_ways_under_load_with_a_leader_killed_mid_switch(cluster: De
     more(writers, 150, "classic traffic")
 
     # classic -> diskless with the CLI, waiting for every partition
+    started_s = time.monotonic()
     switched = shoal("topics", "set-mode", TOPIC, "diskless", "--wait", "--bootstrap-server", cluster.bootstrap)
+    print(f"classic -> diskless under load: {time.monotonic() - started_s:.2f} s (set-mode --wait, CLI included)")
     assert switched.returncode == 0, switched.stderr
     assert "every partition has switched" in switched.stdout
     topic = described(cluster)
