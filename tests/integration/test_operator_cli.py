@@ -276,7 +276,7 @@ def test_set_mode_both_ways_with_describe_configs_and_added_partitions(bootstrap
     producer.flush()
     producer.close()
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=2000, fetch_max_wait_ms=100)
     consumer.assign([TopicPartition("cli-switch", p) for p in range(3)])
     consumer.seek_to_beginning()
     got = sorted(m.value for m in consumer)

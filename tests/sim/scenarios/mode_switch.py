@@ -99,7 +99,7 @@ def unswitched(cluster: SimCluster, keys: list[Key], diskless: bool) -> list[str
     return waiting
 
 
-@scenario("mode_switch", max_virtual_s=1200.0, max_steps=3_000_000, test_seeds=16)
+@scenario("mode_switch", max_virtual_s=1200.0, max_steps=3_000_000, test_seeds=8)
 async def mode_switch(sim: Sim) -> dict[str, int]:
     """3 brokers, one topic switched between classic and diskless under crashes and faults."""
     rng = sim.fork("scenario")
