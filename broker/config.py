@@ -3,19 +3,23 @@
 Every field's config key is its name with `_` replaced by `.` (Kafka's dotted names
 where Kafka has one: `num.partitions`, `log.retention.ms`, ...). Sources, lowest
 precedence first: the TOML file (nested tables flatten to dotted keys), `SHOAL_*`
-environment variables (`SHOAL_LOG_RETENTION_MS` -> `log.retention.ms`), then
-command-line flags. A bad or unknown key stops the broker with a message naming it.
+environment variables (`SHOAL_LOG_RETENTION_MS` -> `log.retention.ms`; other `SHOAL_`
+variables are ignored with a warning), then command-line flags. A bad or unknown key in
+the file or the flags stops the broker with a message naming it.
 Every key is documented in docs/configuration.md (a test enforces it).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
 import msgspec
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = 9223372036854775807
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -218,8 +222,29 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+ENV_PREFIX = "SHOAL_"
+
+
 def _from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {name[6:].lower().replace("_", "."): value for name, value in environ.items() if name.startswith("SHOAL_")}
+    """`SHOAL_<KEY>` for every known key. Other `SHOAL_` variables are not ours to refuse:
+    Kubernetes injects `SHOAL_PORT=tcp://...` into every pod of a namespace with a Service
+    named shoal, and tools have their own (`SHOAL_ETCD_BIN`); they are named in a warning."""
+    found, ignored = {}, []
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX) :].lower().replace("_", ".")
+        if key in CONFIG_KEYS:
+            found[key] = value
+        else:
+            ignored.append(name)
+    if ignored:
+        log.warning(
+            "ignoring environment variable(s) %s: not config keys (SHOAL_<KEY> sets a key, "
+            "e.g. SHOAL_LOG_RETENTION_MS for log.retention.ms; see docs/configuration.md)",
+            ", ".join(sorted(ignored)),
+        )
+    return found
 
 
 def load_config(

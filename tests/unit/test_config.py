@@ -23,6 +23,19 @@ def test_precedence_file_env_flags(tmp_path: Path) -> None:
     assert (config.num_partitions, config.node_id, config.log_retention_ms) == (3, 5, 1000)
 
 
+def test_shoal_variables_that_are_not_keys_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Regression (issue 17): any SHOAL_ variable was read as a key and an unknown one stopped
+    the broker, so a Kubernetes Service named shoal (SHOAL_PORT=tcp://...) or the dev
+    cluster's SHOAL_ETCD_BIN kept every broker from starting."""
+    environ = {"SHOAL_PORT": "tcp://10.0.0.7:9092", "SHOAL_ETCD_BIN": "/usr/bin/etcd", "SHOAL_NUM_PARTITIONS": "3"}
+    with caplog.at_level("WARNING", logger="broker.config"):
+        config = load_config(environ=environ)
+    assert config.num_partitions == 3
+    assert "SHOAL_ETCD_BIN, SHOAL_PORT" in caplog.text and "log.retention.ms" in caplog.text
+    with pytest.raises(ConfigError, match="num.partitions"):  # a known key's bad value still stops it
+        load_config(environ={"SHOAL_NUM_PARTITIONS": "many"})
+
+
 @pytest.mark.parametrize(
     "overrides,fragment",
     [
