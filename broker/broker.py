@@ -21,7 +21,7 @@ from .cluster.controller import Controller
 from .cluster.registration import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
-from .config import BrokerConfig
+from .config import BrokerConfig, parse_host_port
 from .datadir import DataDir
 from .diskless.cache import ObjectCache
 from .diskless.commit import LocalCommitter
@@ -206,7 +206,7 @@ class Broker:
     async def start(self, serve_clients: bool = True) -> None:
         """`serve_clients` False: no Kafka listener (a simulation connects to `server` itself)."""
         if self.config.metrics_listen:
-            host, port = _split(self.config.metrics_listen)
+            host, port = parse_host_port(self.config.metrics_listen, "metrics.listen")
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
         if self.data_dir is not None:
@@ -226,7 +226,7 @@ class Broker:
         if self.config.tiering_enable and not self.config.stateless:
             self.offload.start()
         if serve_clients:
-            host, port = _split(self.config.listen)
+            host, port = parse_host_port(self.config.listen, "listen")
             await self.server.start(host, port)
         self.ready = True
         log.info(
@@ -369,11 +369,6 @@ class Broker:
 def _kafka_style_id(value: uuid.UUID) -> str:
     """Kafka cluster ids are 22-char URL-safe base64 UUIDs."""
     return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
 
 
 async def run(config: BrokerConfig) -> None:

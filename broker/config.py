@@ -144,6 +144,13 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             value = getattr(self, key.replace(".", "_"))
             if value is not None:
                 parse_host_port(value, key)
+        for key, address in (("advertise", self.advertised), ("rpc.advertise", self.rpc_advertised)):
+            if address is not None and address[0] in WILDCARD_HOSTS:
+                raise ConfigError(
+                    f"{key}: {address[0]} is not an address clients can connect to (listening on it is "
+                    f"fine): set {key} to this broker's name or IP, e.g. --{key.replace('.', '-')} "
+                    f"broker0.example:{address[1]}"
+                )
         if self.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ConfigError(
                 "log.message.timestamp.type must be CreateTime or LogAppendTime, "
@@ -204,9 +211,19 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
 CONFIG_KEYS: tuple[str, ...] = tuple(_dotted(f) for f in BrokerConfig.__struct_fields__)
 
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # listen on every interface; no address to connect to
+
+
 def parse_host_port(value: str, key: str) -> tuple[str, int]:
+    """HOST:PORT, IPv6 hosts in brackets (`[::1]:9092`); the host comes back without them."""
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key} must be HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"{key}: an IPv6 address needs brackets, as in [{host}]:{port}; got {value!r}")
+    if not host or any(c in host for c in "[] /"):
         raise ConfigError(f"{key} must be HOST:PORT, got {value!r}")
     return host, int(port)
 

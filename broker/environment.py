@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .clock import Clock, SystemClock
+from .config import parse_host_port
 from .metadata import MetadataStore, open_store
 from .objectstore import ObjectStore, RequestObserver, open_object_store
 from .randomness import Random, new_uuid
@@ -51,9 +52,9 @@ class TcpPeers:
 
     async def serve(self, handler: Callable[[Any], Awaitable[Any]]) -> None:
         if self._listen:
-            host, _, port = self._listen.rpartition(":")
+            host, port = parse_host_port(self._listen, "rpc.listen")
             self._server = RpcServer(handler, *self._types)
-            await self._server.start(host, int(port))
+            await self._server.start(host, port)
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import CONFIG_KEYS, ConfigError, load_config
+from broker.config import CONFIG_KEYS, ConfigError, load_config, parse_host_port
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.topic_config import TOPIC_CONFIGS, describe, effective, validate_overrides
 
@@ -44,6 +44,8 @@ def test_shoal_variables_that_are_not_keys_are_ignored_with_a_warning(caplog: py
         ({"no.such.key": "1"}, "no.such.key"),
         ({"listen": "nowhere"}, "listen"),
         ({"log.message.timestamp.type": "Sometimes"}, "log.message.timestamp.type"),
+        ({"listen": "::1:9092"}, "needs brackets"),
+        ({"listen": "[]:9092"}, "listen"),
     ],
 )
 def test_bad_config_names_the_key(overrides: dict, fragment: str) -> None:
@@ -89,3 +91,22 @@ def test_effective_values_fall_back_to_broker_synonyms() -> None:
     assert sources["max.message.bytes"] == "TOPIC_CONFIG"
     assert sources["retention.ms"] == "STATIC_BROKER_CONFIG"
     assert sources["segment.bytes"] == "DEFAULT_CONFIG"
+
+
+def test_a_wildcard_address_is_refused_as_what_clients_are_given() -> None:
+    """Regression (issue 17): --listen 0.0.0.0:9092 without --advertise handed 0.0.0.0 to
+    every client in Metadata (Kafka refuses it in advertised.listeners too)."""
+    for overrides in ({"listen": "0.0.0.0:9092"}, {"listen": "[::]:9092"}, {"advertise": "0.0.0.0:9092"}):
+        with pytest.raises(ConfigError, match="not an address clients can connect to"):
+            load_config(overrides=overrides, environ={})
+    with pytest.raises(ConfigError, match="rpc.advertise"):
+        load_config(overrides={"rpc.listen": "0.0.0.0:9093"}, environ={})
+    fine = load_config(overrides={"listen": "0.0.0.0:9092", "advertise": "broker0.example:9092"}, environ={})
+    assert fine.advertised == ("broker0.example", 9092)
+
+
+def test_bracketed_ipv6_addresses_lose_their_brackets() -> None:
+    """Regression (issue 17): `[::1]:9092` passed validation but the brackets reached bind()."""
+    config = load_config(overrides={"listen": "[::1]:9092"}, environ={})
+    assert config.advertised == ("::1", 9092)
+    assert parse_host_port("[fe80::1]:9093", "listen") == ("fe80::1", 9093)

@@ -1,0 +1,48 @@
+"""A broker that is safe to deploy (issue 17's defects found when tried as a new operator),
+each against a real broker process: SHOAL_ variables Kubernetes injects are ignored, and a
+bracketed IPv6 listen address binds and is what clients are given."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.integration.harness import BrokerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_kubernetes_service_variables_do_not_stop_the_broker(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: SHOAL_PORT=tcp://... (a Service named shoal) was read as a config key and
+    the broker refused to start."""
+    env = {**os.environ, "SHOAL_PORT": "tcp://10.96.0.12:9092", "SHOAL_PORT_9092_TCP_ADDR": "10.96.0.12"}
+    broker = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", env=env).start()
+    try:
+        log = (tmp_path / "broker.log").read_text()
+        assert "ignoring environment variable(s) SHOAL_PORT, SHOAL_PORT_9092_TCP_ADDR" in log
+    finally:
+        broker.stop()
+
+
+def test_an_ipv6_listener_binds_and_serves_clients(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: `--listen [::1]:PORT` passed validation but the brackets reached bind()."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    port = free_port()
+    address = f"[::1]:{port}"
+    broker = BrokerProcess(
+        tmp_path / "data", tmp_path / "broker.log", extra_args=["--listen", address, "--advertise", address]
+    )
+    broker.start()
+    try:
+        producer = KafkaProducer(bootstrap_servers=address, acks="all")
+        producer.send("v6", b"over ipv6", partition=0).get(timeout=30)
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=address, consumer_timeout_ms=3000)
+        consumer.assign([TopicPartition("v6", 0)])
+        consumer.seek_to_beginning()
+        assert [m.value for m in consumer] == [b"over ipv6"]
+        consumer.close()
+    finally:
+        broker.stop()
