@@ -61,6 +61,8 @@ from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 log = logging.getLogger(__name__)
 
+START_RETRY_MIN_S, START_RETRY_MAX_S = 0.5, 10.0  # backoff while the metadata store is unreachable at start
+
 
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None, env: Environment | None = None) -> None:
@@ -349,7 +351,7 @@ class Broker:
         cluster start together, so the create is a compare-and-set and the loser (or a
         broker whose create had an unknown outcome) reads the winner's id."""
         while True:
-            current = await self.store.get(records.CLUSTER_KEY)
+            current = await self._first_read(records.CLUSTER_KEY)
             if current is not None:
                 return records.decode(current.value, records.ClusterRecord).cluster_id
             if self.data_dir is not None:
@@ -364,6 +366,25 @@ class Broker:
                 return cluster_id
             except (RevisionConflict, MetadataUnavailable) as exc:
                 log.info("cluster id not created (%s): reading it again", exc)
+
+    async def _first_read(self, key: str) -> KeyValue | None:
+        """The broker's first metadata read, repeated with backoff (one line each) while the
+        store cannot be reached: an etcd that starts after its brokers, or is briefly down
+        during a rollout, delays a broker's start instead of failing it."""
+        delay_s, attempt = START_RETRY_MIN_S, 1
+        while True:
+            try:
+                return await self.store.get(key)
+            except MetadataUnavailable as exc:
+                log.warning(
+                    "metadata store %s unreachable (%s): attempt %d, retrying in %.1f s",
+                    self.config.metadata,
+                    exc,
+                    attempt,
+                    delay_s,
+                )
+            await self.clock.sleep(delay_s)
+            delay_s, attempt = min(delay_s * 2, START_RETRY_MAX_S), attempt + 1
 
 
 def _kafka_style_id(value: uuid.UUID) -> str:

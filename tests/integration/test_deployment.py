@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.integration.harness import BrokerProcess, free_port
+from tests.integration.harness import BrokerProcess, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,3 +46,39 @@ def test_an_ipv6_listener_binds_and_serves_clients(tmp_path) -> None:  # type: i
         consumer.close()
     finally:
         broker.stop()
+
+
+def test_a_broker_started_before_etcd_waits_for_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: etcd unreachable at start ended the broker with a Python traceback (exit 1);
+    now it retries with backoff, one line per attempt, and starts once etcd is up."""
+    from broker.devcluster.etcd import EtcdServer
+    from broker.devcluster.process import free_ports
+
+    from tests.etcd_server import require_etcd_binary
+
+    binary = require_etcd_binary()
+    client_port, peer_port = free_ports(2)
+    etcd = EtcdServer(tmp_path / "etcd", client_port, peer_port, binary=binary)
+    metadata = f"etcd://127.0.0.1:{client_port}/late"
+    broker = BrokerProcess(
+        tmp_path / "data",
+        tmp_path / "broker.log",
+        rpc_port=free_port(),
+        extra_args=["--metadata", metadata],
+    )
+    broker.start(wait=False)
+    try:
+        wait_until(
+            lambda: (tmp_path / "broker.log").read_text().count("unreachable") >= 2 or not broker.running(),
+            60,
+            what="retry lines",
+        )
+        assert broker.running(), "the broker gave up instead of waiting for etcd"
+        log = (tmp_path / "broker.log").read_text()
+        assert f"metadata store {metadata} unreachable" in log and "retrying in" in log
+        assert "Traceback" not in log
+        etcd.start()
+        broker.wait_ready(60)
+    finally:
+        broker.stop()
+        etcd.stop()
