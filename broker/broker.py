@@ -35,6 +35,7 @@ from .metadata import KeyValue, MetadataStore, MetadataUnavailable, RevisionConf
 from .metadata import records
 from .metrics import BrokerMetrics, MetricsServer
 from .objectstore import ObjectStore
+from .objectstore.probe import store_problem
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
@@ -62,6 +63,7 @@ from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 log = logging.getLogger(__name__)
 
 START_RETRY_MIN_S, START_RETRY_MAX_S = 0.5, 10.0  # backoff while the metadata store is unreachable at start
+STORE_PROBE_INTERVAL_S = 10.0  # how often the object store is probed (/readyz, shoal_object_store_usable)
 
 
 class Broker:
@@ -198,7 +200,9 @@ class Broker:
         )
         self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
         self.ready = False
-        self.metrics_server = MetricsServer(self.metrics, lambda: self.ready)
+        self.store_problem: str | None = None  # why the object store cannot be used (None: it can)
+        self._store_watch: asyncio.Task[None] | None = None
+        self.metrics_server = MetricsServer(self.metrics, self._not_ready)
         self.stopping = False
 
     @property
@@ -211,6 +215,8 @@ class Broker:
             host, port = parse_host_port(self.config.metrics_listen, "metrics.listen")
             await self.metrics_server.start(host, port)
         self.cluster_id = await self._cluster_id()
+        await self._probe_store()
+        self._store_watch = asyncio.get_running_loop().create_task(self._watch_store(), name="object-store-probe")
         if self.data_dir is not None:
             self.data_dir.check_cluster(self.cluster_id, self._metadata_name())
         self._start_diskless()
@@ -240,9 +246,40 @@ class Broker:
             len(self.replica_manager.partitions),
         )
 
+    def _not_ready(self) -> str | None:
+        if not self.ready:
+            return "stopping" if self.stopping else "starting"
+        if self.store_problem is not None:
+            return f"the object store {self.config.object_store_url} cannot be used: {self.store_problem}"
+        return None
+
+    async def _probe_store(self) -> None:
+        """Check the object store; log when the answer changes (a wrong bucket or credentials
+        otherwise shows only as every diskless produce failing)."""
+        problem = await store_problem(self.objects)
+        if problem is not None and problem != self.store_problem:
+            log.error(
+                "the object store %s cannot be used (%s): /readyz answers 503 until it can; "
+                "checked every %.0f s (check object.store, the bucket and the credentials)",
+                self.config.object_store_url,
+                problem,
+                STORE_PROBE_INTERVAL_S,
+            )
+        elif problem is None and self.store_problem is not None:
+            log.info("the object store %s answers again", self.config.object_store_url)
+        self.store_problem = problem
+        self.metrics.object_store_usable.set(1 if problem is None else 0)
+
+    async def _watch_store(self) -> None:
+        while True:
+            await self.clock.sleep(STORE_PROBE_INTERVAL_S)
+            await self._probe_store()
+
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests (parked fetches return now), flush logs."""
         self.ready = False
+        if self._store_watch is not None:
+            self._store_watch.cancel()
         self.stopping = True
         self.waiters.notify_all()
         await self.wal_files.stop()

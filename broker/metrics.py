@@ -116,6 +116,11 @@ class BrokerMetrics:
             registry=r,
         )
         self.controller_active = Gauge("shoal_controller_active", "1 on the broker that is the controller.", registry=r)
+        self.object_store_usable = Gauge(
+            "shoal_object_store_usable",
+            "1 when the object store answered this broker's last probe (a LIST); 0 makes /readyz answer 503.",
+            registry=r,
+        )
         # Object store and diskless topics
         self.object_store_requests = Counter(
             "shoal_object_store_requests",
@@ -279,11 +284,12 @@ class BrokerMetrics:
 
 
 class MetricsServer:
-    """Serves /metrics, /healthz (process alive) and /readyz (broker serving)."""
+    """Serves /metrics, /healthz (process alive) and /readyz (broker serving, and the object
+    store usable; a 503 says why not)."""
 
-    def __init__(self, metrics: BrokerMetrics, ready: Callable[[], bool]) -> None:
+    def __init__(self, metrics: BrokerMetrics, not_ready: Callable[[], str | None]) -> None:
         self._metrics = metrics
-        self._ready = ready
+        self._not_ready = not_ready  # None when ready, else why not
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -326,7 +332,8 @@ class MetricsServer:
         if path == "/healthz":
             return "200 OK", b"ok\n", "text/plain"
         if path == "/readyz":
-            if self._ready():
+            reason = self._not_ready()
+            if reason is None:
                 return "200 OK", b"ready\n", "text/plain"
-            return "503 Service Unavailable", b"not ready\n", "text/plain"
+            return "503 Service Unavailable", f"not ready: {reason}\n".encode(), "text/plain"
         return "404 Not Found", b"not found\n", "text/plain"

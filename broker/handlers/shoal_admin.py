@@ -16,6 +16,7 @@ import msgspec
 
 from ..context import HandlerContext
 from ..mode_status import partition_modes, switch_status
+from ..objectstore.probe import store_problem
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
 
@@ -28,7 +29,6 @@ COMMANDS = (
     "objects.check",
     "topics.modes",
 )
-HEALTH_KEY = "shoal-health-check"  # a HEAD of a key that is never written: the store answers or not
 
 
 async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse:
@@ -39,12 +39,9 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
         return answer(None, ErrorCode.INVALID_REQUEST, f"unknown command {request.command!r}; known: {list(COMMANDS)}")
     if request.command.startswith("tiering."):
         return await _tiering(broker, request, answer)
-    if request.command == "objects.check":  # `shoal cluster health`: does this broker reach the store?
-        try:
-            await broker.objects.head(HEALTH_KEY)
-        except Exception as exc:  # noqa: BLE001 - any failure is the answer
-            return answer({"node_id": broker.node_id, "reachable": False, "error": f"{type(exc).__name__}: {exc}"})
-        return answer({"node_id": broker.node_id, "reachable": True, "error": None})
+    if request.command == "objects.check":  # `shoal cluster health`: can this broker use the store?
+        problem = await store_problem(broker.objects)
+        return answer({"node_id": broker.node_id, "reachable": problem is None, "error": problem})
     if request.command == "topics.modes":  # `shoal topics describe|set-mode`: each partition's mode
         return _modes(broker, request, answer)
     if request.command == "cluster.brokers":  # what Kafka's DescribeCluster does not say

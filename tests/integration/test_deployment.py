@@ -82,3 +82,40 @@ def test_a_broker_started_before_etcd_waits_for_it(tmp_path) -> None:  # type: i
     finally:
         broker.stop()
         etcd.stop()
+
+
+def test_a_wrong_bucket_keeps_the_broker_unready_and_says_why(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: with a bucket that does not exist /readyz said ready and every diskless
+    produce failed; now /readyz answers 503 naming the store's error."""
+    import urllib.error
+    import urllib.request
+
+    from broker.devcluster.process import stop_process
+    from broker.devcluster.s3 import fake_aws_environ, start_moto
+
+    process, moto = start_moto(tmp_path / "moto.log")
+    try:
+        url = moto.object_store_url("x").replace(f"s3://{moto.bucket}/", "s3://no-such-bucket/")
+        broker = BrokerProcess(
+            tmp_path / "data", tmp_path / "broker.log", env=fake_aws_environ(), extra_args=["--object-store", url]
+        )
+        broker.start(wait=False)
+
+        def readyz() -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/readyz", timeout=2) as answer:
+                    return answer.status, answer.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+            except OSError:
+                return 0, ""
+
+        try:
+            wait_until(lambda: "cannot be used" in readyz()[1], 60, what="a 503 from /readyz")
+            status, body = readyz()
+            assert status == 503 and "NoSuchBucket" in body, body
+            assert "cannot be used" in (tmp_path / "broker.log").read_text()
+        finally:
+            broker.stop()
+    finally:
+        stop_process(process)
