@@ -233,17 +233,21 @@ class Broker:
             self.wal_files.start()
         if self.config.tiering_enable and not self.config.stateless:
             self.offload.start()
+        host, port = parse_host_port(self.config.listen, "listen")
         if serve_clients:
-            host, port = parse_host_port(self.config.listen, "listen")
             await self.server.start(host, port)
+            port = self.server.port  # the bound one (a configured 0 picks a free port)
         self.ready = True
         log.info(
-            "broker %d serving Kafka on %s (advertised %s:%d), cluster %s, %d partitions",
+            "shoal %s: broker %d serving Kafka on %s:%d (advertised %s:%d), cluster %s, %d partitions (%d led)",
+            __version__,
             self.node_id,
-            self.config.listen,
+            host,
+            port,
             *self.config.advertised,
             self.cluster_id,
             len(self.replica_manager.partitions),
+            sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None),
         )
 
     def _not_ready(self) -> str | None:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .logformat import JsonFormatter
 from .config import ConfigError, StartRefused, load_config
 from .ops import cluster as cluster_cli
 from .ops import configs, groups, local, topics
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         help="any config key from docs/configuration.md (repeatable)",
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    broker.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one JSON object per line")
     dev = commands.add_parser("dev", help="development tools").add_subparsers(dest="dev_command", required=True)
     cluster = dev.add_parser("cluster", help="etcd, an S3 endpoint (moto) and N brokers on loopback; Ctrl-C stops all")
     cluster.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
@@ -243,9 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         from .devcluster.cluster import main as dev_cluster  # late: the broker needs none of it
 
         return dev_cluster(args.brokers, args.azs, args.dir, args.base_port, dict(args.set), args.stateless_per_az)
-    logging.basicConfig(
-        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    if args.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     overrides: dict[str, object] = {}
     for item in args.set:
         key, sep, value = item.partition("=")

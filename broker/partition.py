@@ -293,6 +293,12 @@ class Partition:
         return len(self.isr)
 
     # -- roles -------------------------------------------------------------------------------
+    @property
+    def _role_level(self) -> int:
+        """Role changes of internal topics (`__consumer_offsets`' 50 partitions) at DEBUG: a
+        fresh broker would otherwise log a line for each."""
+        return logging.DEBUG if self.topic.startswith("__") else logging.INFO
+
     def make_leader(self, node_id: int, state: PartitionStateRecord, revision: int) -> None:
         """Lead from `state`: a new epoch starts at the log end offset; the same epoch only
         updates the ISR (a change this leader or the controller made)."""
@@ -311,7 +317,8 @@ class Partition:
                 high_watermark=self.log.high_watermark,
                 now_ms=self._clock.now_ms(),
             )
-            log.info(
+            log.log(
+                self._role_level,
                 "%s-%d: leader in epoch %d from offset %d, isr %s",
                 self.topic,
                 self.index,
@@ -328,7 +335,14 @@ class Partition:
         self.replicas, self.isr, self.state_revision = list(state.replicas), list(state.isr), revision
         self.leader_id = state.leader
         if self.leader_state is not None or state.leader_epoch != self.leader_epoch:
-            log.info("%s-%d: follower of %d in epoch %d", self.topic, self.index, state.leader, state.leader_epoch)
+            log.log(
+                self._role_level,
+                "%s-%d: follower of %d in epoch %d",
+                self.topic,
+                self.index,
+                state.leader,
+                state.leader_epoch,
+            )
         self.leader_epoch = state.leader_epoch
         if self.leader_state is not None:
             self.leader_state = None

@@ -130,12 +130,12 @@ class CoordinatorRuntime(Generic[S]):
         target = on_leadership(slot.state, partition.leader_state is not None)
         if target is ShardState.LOADING:
             self._load(index, slot)
-            log.info("coordinating %s-%d", self.topic, index)
+            log.debug("coordinating %s-%d", self.topic, index)  # one per partition: 50 on a fresh broker
         elif target is ShardState.UNLOADED:
             was_active = slot.state is ShardState.ACTIVE
             self._unload(index)
             if was_active:
-                log.info("no longer coordinating %s-%d", self.topic, index)
+                log.debug("no longer coordinating %s-%d", self.topic, index)
 
     def shard(self, index: int) -> S | None:
         """The shard of partition `index` if it is ACTIVE here."""

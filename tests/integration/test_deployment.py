@@ -119,3 +119,32 @@ def test_a_wrong_bucket_keeps_the_broker_unready_and_says_why(tmp_path) -> None:
             broker.stop()
     finally:
         stop_process(process)
+
+
+def test_json_logs_a_quiet_start_and_a_serving_line_with_version_and_port(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: a fresh broker logged a line per __consumer_offsets partition, its serving
+    line had no version, and there was no JSON log format."""
+    import json
+
+    from kafka import KafkaConsumer, KafkaProducer
+
+    from broker import __version__
+
+    broker = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", extra_args=["--log-format", "json"]).start()
+    try:
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer.send("logs", b"x").get(timeout=30)
+        producer.close()
+        consumer = KafkaConsumer("logs", bootstrap_servers=broker.bootstrap, group_id="g", consumer_timeout_ms=4000)
+        list(consumer)  # the group creates __consumer_offsets and its 50 partitions
+        consumer.commit()
+        consumer.close()
+    finally:
+        broker.stop()
+    lines = [line for line in (tmp_path / "broker.log").read_text().splitlines() if not line.startswith("=====")]
+    entries = [json.loads(line) for line in lines if line.strip()]
+    assert entries and all({"ts", "level", "logger", "message"} <= set(e) for e in entries)
+    serving = [e["message"] for e in entries if "serving Kafka" in e["message"]]
+    assert serving and f"shoal {__version__}" in serving[0] and f"127.0.0.1:{broker.port}" in serving[0], serving
+    offsets_lines = [e for e in entries if "__consumer_offsets-" in e["message"]]
+    assert len(offsets_lines) <= 5, [e["message"] for e in offsets_lines[:10]]
