@@ -88,6 +88,18 @@ class BrokerMetrics:
             "Partitions led here whose mode is not their topic's yet, or whose switch is not recorded.",
             registry=r,
         )
+        self.partition_diskless = Gauge(
+            "shoal_partition_diskless",
+            "1 when a partition led here is appended in diskless mode, 0 in classic.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.partition_mode_since = Gauge(
+            "shoal_partition_mode_since_offset",
+            "Offset of the mode marker of a led partition's last switch (-1: never switched).",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.mode_switches = Counter(
             "shoal_mode_switches",
             "Mode markers appended by this broker as leader, by the new mode.",

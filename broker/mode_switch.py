@@ -69,6 +69,7 @@ class ModeSwitcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._writing: set[TopicIdPartition] = set()
+        self._labelled: set[tuple[str, str]] = set()  # (topic, partition) with per-partition series
         catalog.subscribe(self._on_topic)
         replicas.on_role_changed(lambda _partition: self.wake())
 
@@ -103,6 +104,7 @@ class ModeSwitcher:
         """Switch every led partition whose mode is not its topic's; publish committed switches."""
         pending = 0
         led = {True: 0, False: 0}
+        labelled: set[tuple[str, str]] = set()
         for partition in list(self._replicas.partitions.values()):
             topic = self._catalog.get(partition.topic)
             if partition.leader_state is None or topic is None:
@@ -113,6 +115,14 @@ class ModeSwitcher:
             led[partition.diskless] += 1
             if not await self._publish(partition, topic):
                 pending += 1
+            labels = (partition.topic, str(partition.index))
+            labelled.add(labels)
+            self._metrics.partition_diskless.labels(*labels).set(1 if partition.diskless else 0)
+            self._metrics.partition_mode_since.labels(*labels).set(partition.modes.boundary())
+        for gone in self._labelled - labelled:  # no longer led here: its leader reports it
+            self._metrics.partition_diskless.remove(*gone)
+            self._metrics.partition_mode_since.remove(*gone)
+        self._labelled = labelled
         self._metrics.mode_switch_pending_partitions.set(pending)
         for diskless, count in led.items():
             self._metrics.leader_partitions_by_mode.labels(mode_name(diskless)).set(count)

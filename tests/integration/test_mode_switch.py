@@ -382,3 +382,6 @@ def test_switch_both_ways_under_load_with_a_leader_killed_mid_switch(cluster: De
     assert read_switched_back(cluster) == switched_back, "a switched partition's diskless range lost its WAL objects"
     pending = [metric_value(b, "shoal_mode_switch_pending_partitions") for b in cluster.brokers if b.running()]
     assert pending == [0, 0, 0]
+    # per partition, from its leader: the main topic's 3 are diskless, the switched-back one classic
+    wait_until(lambda: metric_sum(cluster, "shoal_partition_diskless") == PARTITIONS, 10, what="per-partition modes")
+    assert metric_sum(cluster, "shoal_partition_mode_since_offset", f'partition="0",topic="{TOPIC}"') > 0
