@@ -31,13 +31,14 @@ dev-cluster: $(STAMP)
 	bash .ci/install-etcd
 	$(BIN)/shoal dev cluster --brokers 3 --azs 3
 
-## Install everything (etcd-server and a Java 17 runtime for Spark from Debian's packages when
-## missing, pyspark from PyPI), lint, and run the whole
+## Install everything (etcd-server, a Java 17 runtime for Spark and promtool for the alert
+## rules from Debian's packages when missing, pyspark from PyPI), lint, and run the whole
 ## suite. `.ci/run` runs it with CI=true: a missing etcd, moto server or node/kafkajs then fails
 ## the tests that need it instead of skipping them (tests/gates.py). No test asserts a duration.
 test: $(STAMP) lint
 	bash .ci/install-etcd
 	bash .ci/install-java
+	bash .ci/install-promtool
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 ## Static checks (settings in pyproject.toml): ruff's formatting and its rules (errors such as

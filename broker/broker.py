@@ -13,10 +13,11 @@ import base64
 import functools
 import logging
 import uuid
-from typing import cast
+from typing import NamedTuple, cast
 
 from . import __version__
 from .clock import Clock
+from .cluster import elections
 from .cluster.controller import Controller
 from .cluster.registration import Membership
 from .cluster.placement import assign_replicas
@@ -31,11 +32,12 @@ from .dispatch import answer_forwarded, dispatch
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all
 from .environment import Environment
-from .metadata import KeyValue, MetadataStore, MetadataUnavailable, RevisionConflict
+from .metadata import KeyValue, MetadataError, MetadataStore, MetadataUnavailable, RevisionConflict
 from .metadata import records
-from .metrics import BrokerMetrics, MetricsServer
+from .metrics import BrokerMetrics, LoopLagMonitor, MetricsServer, offline_partitions, under_min_isr_partitions
 from .objectstore import ObjectStore
 from .objectstore.probe import store_problem
+from .partition_ids import TopicIdPartition, TopicPartition
 from .producer_ids import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
@@ -64,6 +66,19 @@ log = logging.getLogger(__name__)
 
 START_RETRY_MIN_S, START_RETRY_MAX_S = 0.5, 10.0  # backoff while the metadata store is unreachable at start
 STORE_PROBE_INTERVAL_S = 10.0  # how often the object store is probed (/readyz, shoal_object_store_usable)
+CONTROLLED_SHUTDOWN_POLL_S = 0.05  # how often a controlled shutdown looks at what it still leads
+
+
+class ShutdownOutcome(NamedTuple):
+    """What a controlled shutdown achieved: leaderships moved away, partitions still led
+    here at the end, how many of those another replica could have taken, whether it timed
+    out, and how long it took."""
+
+    moved: int
+    remain: int
+    movable: int
+    timed_out: bool
+    elapsed_ms: int
 
 
 class Broker:
@@ -74,12 +89,14 @@ class Broker:
         # stops here) and check that it is this node's.
         self.data_dir = None if config.stateless else DataDir.open(config.data_path, config.node_id)
         self.metrics = BrokerMetrics()
+        self.metrics.set_broker_info(config.node_id, config.az, config.stateless)
         if env is None:
             env = Environment.for_process(config, on_object_request=self.metrics.observe_object_request)
             if clock is not None:
                 env.clock = clock
         self.env = env
         self.clock: Clock = env.clock
+        self.loop_lag = LoopLagMonitor(self.clock, self.metrics.event_loop_lag)
         self.store: MetadataStore = env.metadata
         self.catalog = TopicCatalog(self.store, config, new_uuid=env.new_uuid)
         self.view = ClusterView(self.store, self.catalog, self.clock)
@@ -101,7 +118,10 @@ class Broker:
         self.controller = Controller(
             self.store, self.view, self.catalog, self.membership, config, self.clock, env.random
         )
-        self.isr = IsrUpdater(self.store, self.view, self.replica_manager, self.clock, config.replica_lag_time_max_ms)
+        self.controller.metrics = self.metrics
+        self.isr = IsrUpdater(
+            self.store, self.view, self.replica_manager, self.clock, config.replica_lag_time_max_ms, self.metrics
+        )
         self.mode_switcher = ModeSwitcher(
             self.replica_manager, self.catalog, self.view, self.store, self.clock, self.metrics
         )
@@ -131,6 +151,23 @@ class Broker:
                 if p.leader_state is not None and len(p.isr) < len(p.replicas)
             )
         )
+        self.metrics.under_min_isr_partitions.set_function(
+            lambda: under_min_isr_partitions(
+                (len(p.isr), p.settings.min_insync_replicas)
+                for p in self.replica_manager.partitions.values()
+                if p.leader_state is not None
+            )
+        )
+        self.metrics.offline_partitions.set_function(
+            lambda: (
+                offline_partitions(
+                    (state.record.leader for state in self.view.partitions.values()),
+                    {b.node_id for b in self.view.brokers.values() if not b.stateless},
+                )
+                if self.controller.active
+                else 0
+            )
+        )
         self.producer_ids = ProducerIdAllocator(self.store)
         self.groups = GroupCoordinator(
             config,
@@ -142,6 +179,7 @@ class Broker:
             self.assign_replicas,
             env.new_uuid,
         )
+        self.metrics.group_state.source = self.groups.metric_rows
         self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(
             config.cache_max_bytes,
@@ -217,6 +255,7 @@ class Broker:
         self.cluster_id = await self._cluster_id()
         await self._probe_store()
         self._store_watch = asyncio.get_running_loop().create_task(self._watch_store(), name="object-store-probe")
+        self.loop_lag.start()
         if self.data_dir is not None:
             self.data_dir.check_cluster(self.cluster_id, self._metadata_name())
         self._start_diskless()
@@ -279,6 +318,100 @@ class Broker:
             await self.clock.sleep(STORE_PROBE_INTERVAL_S)
             await self._probe_store()
 
+    async def controlled_shutdown(self) -> ShutdownOutcome | None:
+        """Kafka's controlled shutdown, before `stop`: mark this broker's registration
+        draining, so the controller moves the leadership of every partition it leads
+        (classic, diskless, `__consumer_offsets`) to another live in-sync replica and gives
+        it no new leadership, representation or controller role; keep serving meanwhile
+        (what moved answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata) until
+        nothing it leads has another eligible replica, or `controlled.shutdown.timeout.ms`
+        passes; then hand the controller role over if it holds it. Skipped (None) when
+        disabled, for a stateless broker (it leads nothing) and when no other broker could
+        lead (a single broker, `local:` metadata)."""
+        config = self.config
+        if not config.controlled_shutdown_enable or config.stateless or not self.ready:
+            return None
+        if not any(
+            b.node_id != self.node_id and not b.stateless and not b.draining for b in self.view.brokers.values()
+        ):
+            log.info("controlled shutdown: no other broker can take leadership; nothing to move")
+            return None
+        started = self.clock.monotonic_ms()
+        deadline = started + config.controlled_shutdown_timeout_ms
+        led_at_start = self._led_here()
+        log.info("controlled shutdown: moving leadership of %d partitions", len(led_at_start))
+        while True:
+            try:
+                await self.membership.drain()
+                break
+            except MetadataError as exc:
+                if self.clock.monotonic_ms() >= deadline:
+                    log.warning("controlled shutdown: could not mark this broker draining (%s)", exc)
+                    break
+            await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
+        while (
+            self._movable_leaderships() or self._not_taken_up(led_at_start)
+        ) and self.clock.monotonic_ms() < deadline:
+            await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
+        await self.controller.hand_over()
+        elapsed = self.clock.monotonic_ms() - started
+        led = self._led_here()
+        moved = len(led_at_start - led)
+        movable, waiting = self._movable_leaderships(), self._not_taken_up(led_at_start)
+        if movable or waiting:
+            log.warning(
+                "controlled shutdown timed out after %d ms: moved %d (%d not yet taken up by their new leader); "
+                "%d remain led here, %d of them with another in-sync replica",
+                elapsed,
+                moved,
+                len(waiting),
+                len(led),
+                len(movable),
+            )
+        else:
+            log.info(
+                "controlled shutdown: moved %d in %d ms; %d remain led here (no other in-sync replica)",
+                moved,
+                elapsed,
+                len(led),
+            )
+        return ShutdownOutcome(moved, len(led), len(movable), bool(movable or waiting), elapsed)
+
+    def _led_here(self) -> set[TopicIdPartition]:
+        """The partitions the cluster view names this broker the leader of."""
+        return {pid for pid, state in self.view.partitions.items() if state.record.leader == self.node_id}
+
+    def _not_taken_up(self, handed_over: set[TopicIdPartition]) -> list[TopicIdPartition]:
+        """Of the partitions this broker led, those led elsewhere now whose new leader has not
+        yet answered this broker's replica fetch in its epoch: its view may not have the
+        change yet, nor that of the brokers clients ask for metadata. A new leader that is
+        gone or draining itself is not waited for."""
+        waiting = []
+        for pid in handed_over:
+            state = self.view.partitions.get(pid)
+            successor = None if state is None else self.view.brokers.get(state.record.leader)
+            if state is None or successor is None or successor.node_id == self.node_id or successor.draining:
+                continue  # still ours, leaderless, or its new leader is gone or leaving too
+            topic = self.catalog.by_id(uuid.UUID(pid[0]))
+            hosted = None if topic is None else self.replica_manager.partitions.get(TopicPartition(topic.name, pid[1]))
+            if (
+                hosted is not None
+                and hosted.leader_id == state.record.leader
+                and hosted.fetched_in_epoch < state.record.leader_epoch
+            ):
+                waiting.append(pid)
+        return waiting
+
+    def _movable_leaderships(self) -> list[TopicIdPartition]:
+        """Partitions led here that another live, in-sync, non-draining replica could lead."""
+        live = {b.node_id for b in self.view.brokers.values() if not b.stateless}
+        draining = {b.node_id for b in self.view.brokers.values() if b.draining} | {self.node_id}
+        return [
+            pid
+            for pid, state in self.view.partitions.items()
+            if state.record.leader == self.node_id and elections.movable_to(state.record, live, draining) is not None
+        ]
+
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests (parked fetches return now), flush logs."""
         self.ready = False
@@ -290,6 +423,7 @@ class Broker:
         await self.offload.stop()
         await self.groups.stop()
         await self.server.stop()
+        log.info("broker %d: Kafka listener closed", self.node_id)
         await self.wal.close()
         self.replica_service.stopping = self.read_service.stopping = True
         await self.controller.stop()
@@ -304,6 +438,7 @@ class Broker:
         await self.replica_manager.stop()
         await self.objects.close()
         await self.store.close()
+        await self.loop_lag.stop()
         await self.metrics_server.stop()
         if self.data_dir is not None:
             self.data_dir.close()
@@ -445,4 +580,15 @@ async def run(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutdown requested")
+    stop.clear()
+    draining = loop.create_task(broker.controlled_shutdown(), name="controlled-shutdown")
+    again = loop.create_task(stop.wait(), name="second-signal")
+    await asyncio.wait({draining, again}, return_when=asyncio.FIRST_COMPLETED)
+    if not draining.done():
+        log.warning("second shutdown signal: stopping without waiting for leadership to move")
+        draining.cancel()
+    again.cancel()
+    outcome, _ = await asyncio.gather(draining, again, return_exceptions=True)
+    if isinstance(outcome, Exception):
+        log.error("controlled shutdown failed (%s); stopping anyway", outcome, exc_info=outcome)
     await broker.stop()

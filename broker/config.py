@@ -120,6 +120,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: Positive = 300
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_timeout_ms: NonNegative = 30000
     offsets_topic_replication_factor: Positive = 3
     # Consumer groups (Kafka names and defaults)
     offsets_topic_num_partitions: Positive = 50

@@ -16,6 +16,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from .handlers import registry, shoal_admin
 from .protocol import admin
 from .protocol.api_keys import ApiKey
+from .protocol.error_codes import error_codes
 from .protocol.errors import ConnectionFault, ErrorCode
 from .protocol.header import HeaderError, RequestHeader, parse_request_header, peek_api
 from .protocol.messages import REQUEST_CLASSES, decode_request, encode_response, is_flexible
@@ -49,12 +50,18 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
     except HeaderError as exc:
         raise ConnectionFault(str(exc)) from None
     if api_key == admin.SHOAL_ADMIN:
-        return await _admin(broker, frame)
+        started = broker.clock.monotonic()
+        try:
+            return await _admin(broker, frame)
+        finally:
+            broker.metrics.observe_request(api_key, broker.clock.monotonic() - started)
     handler = registry.HANDLERS.get(api_key)
     if handler is None:
         raise ConnectionFault(f"unsupported API key {api_key}")
     if not handler.supports(api_version):
         if api_key == ApiKey.API_VERSIONS:
+            broker.metrics.observe_request(api_key, 0.0)
+            broker.metrics.observe_errors(api_key, (ErrorCode.UNSUPPORTED_VERSION,))
             return _unsupported_api_versions(correlation_id)
         raise ConnectionFault(
             f"unsupported version {api_version} of API {api_key} "
@@ -79,6 +86,9 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
     if response is None:
         broker.cross_az.client_bytes(client_az, named, len(frame))
         return None
+    # Here, not in answer_forwarded: a forwarded request's codes are counted once, by the
+    # broker that answers the client.
+    broker.metrics.observe_errors(api_key, error_codes(response))
     encoded = encode_response(header, response)
     broker.cross_az.client_bytes(client_az, named, len(frame) + sum(len(part) for part in encoded))
     return encoded

@@ -8,26 +8,99 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+import platform
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from . import __version__
+from .protocol.admin import SHOAL_ADMIN
+from .protocol.api_keys import ApiKey
+from .protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .metadata.records import PartitionStateRecord
 
 log = logging.getLogger(__name__)
 
+# No `*_created` series: they double the sample count of every counter and histogram and no
+# dashboard or alert of ours reads them (process-wide setting of prometheus_client).
+disable_created_metrics()
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LOOP_LAG_INTERVAL_S = 0.25  # how long the event-loop lag probe sleeps between two observations
+NO_LEADER = -1
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (its message type: ApiKey.LIST_OFFSETS is "ListOffsets"), the
+    `api` label; Shoal's private admin API is "ShoalAdmin"."""
+    if api_key == SHOAL_ADMIN:
+        return "ShoalAdmin"
+    try:
+        return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return str(api_key)
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (ErrorCode.NOT_LEADER_OR_FOLLOWER); the number if unknown."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
 
 
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("shoal_requests", "Kafka requests handled, by API key.", ["api_key"], registry=r)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        self.build_info = Gauge(
+            "shoal_build_info", "Always 1: the broker's version and Python's.", ["version", "python"], registry=r
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.broker_info = Gauge(
+            "shoal_broker_info",
+            "Always 1: this broker's node id, AZ and whether it is stateless.",
+            ["node_id", "az", "stateless"],
+            registry=r,
+        )
+        self.requests = Counter("shoal_requests", "Kafka requests handled, by API name.", ["api"], registry=r)
         self.request_seconds = Histogram(
             "shoal_request_seconds",
-            "Time to handle a Kafka request, by API key.",
-            ["api_key"],
+            "Time to handle a Kafka request, by API name.",
+            ["api"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.request_errors = Counter(
+            "shoal_request_errors",
+            "Non-zero error codes in Kafka responses (top-level, per resource, per partition), by API and error.",
+            ["api", "error"],
+            registry=r,
+        )
+        self.event_loop_lag = Histogram(
+            "shoal_event_loop_lag_seconds",
+            f"How late a task sleeping {LOOP_LAG_INTERVAL_S} s on the event loop woke up.",
+            buckets=_LOOP_LAG_BUCKETS,
             registry=r,
         )
         self.connections = Gauge("shoal_connections", "Open client connections.", registry=r)
@@ -70,6 +143,8 @@ class BrokerMetrics:
             "shoal_offset_commits", "Partition offsets committed to __consumer_offsets.", registry=r
         )
         self.groups = Gauge("shoal_groups", "Consumer groups this broker coordinates.", registry=r)
+        self.group_state = GroupStateCollector()
+        r.register(self.group_state)
         # Cluster and replication
         self.replication_bytes = Counter(
             "shoal_replication_fetched_bytes",
@@ -100,6 +175,40 @@ class BrokerMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.partition_log_size = Gauge(
+            "shoal_partition_log_size_bytes",
+            "Bytes of record batches a partition led here holds locally (classic: segment bytes; "
+            "diskless: the batch bytes its log references).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.partition_log_start = Gauge(
+            "shoal_partition_log_start_offset",
+            "Log start offset of a partition led here (tiered segments included).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.partition_log_end = Gauge(
+            "shoal_partition_log_end_offset",
+            "Log end offset of a partition led here.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.partition_high_watermark = Gauge(
+            "shoal_partition_high_watermark",
+            "High watermark of a partition led here.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        # Per-partition series reported by the partition's leader only (LedPartitionSeries.update).
+        self.led_partitions = LedPartitionSeries(
+            self.partition_diskless,
+            self.partition_mode_since,
+            self.partition_log_size,
+            self.partition_log_start,
+            self.partition_log_end,
+            self.partition_high_watermark,
+        )
         self.mode_switches = Counter(
             "shoal_mode_switches",
             "Mode markers appended by this broker as leader, by the new mode.",
@@ -125,6 +234,36 @@ class BrokerMetrics:
             "(record batches between brokers), metadata (other inter-broker RPC), client (clients that named "
             "another AZ).",
             ["kind"],
+            registry=r,
+        )
+        self.under_min_isr_partitions = Gauge(
+            "shoal_under_min_isr_partitions",
+            "Partitions this broker leads whose ISR is smaller than their min.insync.replicas "
+            "(Kafka's UnderMinIsrPartitionCount).",
+            registry=r,
+        )
+        self.offline_partitions = Gauge(
+            "shoal_offline_partitions",
+            "Partitions without a live leader, counted by the active controller (0 elsewhere; "
+            "Kafka's OfflinePartitionsCount).",
+            registry=r,
+        )
+        self.isr_shrinks = Counter(
+            "shoal_isr_shrinks", "ISR shrinks this broker made as leader (confirmed by the metadata store).", registry=r
+        )
+        self.isr_expands = Counter(
+            "shoal_isr_expands",
+            "ISR expansions this broker made as leader (confirmed by the metadata store).",
+            registry=r,
+        )
+        self.leader_elections = Counter(
+            "shoal_leader_elections",
+            "Partition leaderships assigned by this broker as controller (new partitions, failovers, preferred leaders).",
+            registry=r,
+        )
+        self.unclean_leader_elections = Counter(
+            "shoal_unclean_leader_elections",
+            "Leader elections by this broker as controller that chose a replica outside the ISR.",
             registry=r,
         )
         self.controller_active = Gauge("shoal_controller_active", "1 on the broker that is the controller.", registry=r)
@@ -254,6 +393,8 @@ class BrokerMetrics:
         self.tiering_jobs = Counter(
             "shoal_tiering_jobs", "Tiering jobs run by this broker, by outcome (ok, failed).", ["outcome"], registry=r
         )
+        for outcome in ("ok", "failed"):  # both served from the start, so rate() and alerts see 0
+            self.tiering_jobs.labels(outcome)
         self.tiering_job_seconds = Histogram(
             "shoal_tiering_job_seconds",
             "Wall time of a tiering job (plan written to result read).",
@@ -277,15 +418,45 @@ class BrokerMetrics:
         self.tiered_read_bytes = Counter(
             "shoal_tiered_read_bytes", "Bytes read from tiered segments by GET (cache misses).", registry=r
         )
+        # Label children made once per API (and per API and error), not per request.
         self._per_api: dict[int, tuple[Counter, Histogram]] = {}
+        self._per_error: dict[tuple[int, int], Counter] = {}
+
+    def set_broker_info(self, node_id: int, az: str | None, stateless: bool) -> None:
+        self.broker_info.labels(str(node_id), az or "", "true" if stateless else "false").set(1)
 
     def observe_request(self, api_key: int, seconds: float) -> None:
         pair = self._per_api.get(api_key)
         if pair is None:
-            label = str(api_key)
+            label = api_name(api_key)
             pair = self._per_api[api_key] = (self.requests.labels(label), self.request_seconds.labels(label))
         pair[0].inc()
         pair[1].observe(seconds)
+
+    def observe_errors(self, api_key: int, codes: Iterable[int]) -> None:
+        """Count the non-zero error codes of one response (protocol/error_codes.py finds them)."""
+        for code in codes:
+            child = self._per_error.get((api_key, code))
+            if child is None:
+                child = self._per_error[(api_key, code)] = self.request_errors.labels(
+                    api_name(api_key), error_name(code)
+                )
+            child.inc()
+
+    def observe_leader_assignment(self, before: PartitionStateRecord | None, after: PartitionStateRecord) -> None:
+        """The controller wrote `after` over `before` (None: a new partition state)."""
+        if after.leader == NO_LEADER or (before is not None and before.leader == after.leader):
+            return
+        self.leader_elections.inc()
+        if before is not None and after.leader not in before.isr:
+            self.unclean_leader_elections.inc()
+
+    def observe_isr_change(self, before: Collection[int], after: Collection[int]) -> None:
+        """A leader's ISR change was confirmed by the metadata store."""
+        if len(after) < len(before):
+            self.isr_shrinks.inc()
+        elif len(after) > len(before):
+            self.isr_expands.inc()
 
     def observe_object_request(self, operation: str, outcome: str, seconds: float, nbytes: int) -> None:
         """The object stores' RequestObserver."""
@@ -293,6 +464,106 @@ class BrokerMetrics:
         self.object_store_request_seconds.labels(operation).observe(seconds)
         if nbytes:
             self.object_store_bytes.labels("up" if operation.startswith("put") else "down").inc(nbytes)
+
+
+def offline_partitions(leaders: Iterable[int], live: Collection[int]) -> int:
+    """Partitions whose leader is none or not a live broker (`leaders`: each partition's)."""
+    return sum(1 for leader in leaders if leader == NO_LEADER or leader not in live)
+
+
+def under_min_isr_partitions(led: Iterable[tuple[int, int]]) -> int:
+    """Led partitions with fewer in-sync replicas than required (`led`: (ISR size, min.insync.replicas))."""
+    return sum(1 for isr_size, min_isr in led if isr_size < min_isr)
+
+
+class LedPartitionSeries:
+    """Per-partition gauges ({topic, partition}) that only each partition's leader reports.
+
+    Every update sets the series of the partitions led now and removes those of partitions
+    no longer led here (another broker leads them and reports them, or they were deleted),
+    so summing over the cluster never counts a partition twice."""
+
+    def __init__(self, *gauges: Gauge) -> None:
+        self._gauges = gauges
+        self._labelled: set[tuple[str, str]] = set()
+
+    def update(self, rows: Mapping[tuple[str, str], Sequence[float]]) -> None:
+        """`rows`: (topic, partition) -> one value per gauge, in the constructor's order."""
+        for labels, values in rows.items():
+            for gauge, value in zip(self._gauges, values):
+                gauge.labels(*labels).set(value)
+        for gone in self._labelled - rows.keys():
+            for gauge in self._gauges:
+                gauge.remove(*gone)
+        self._labelled = set(rows)
+
+
+# What the group coordinator reports at scrape time: (group, topic, partition, committed
+# offset) of every replicated commit, and (group, members) of every group it coordinates.
+GroupRows = tuple[Iterable[tuple[str, str, int, int]], Iterable[tuple[str, int]]]
+
+
+class GroupStateCollector:
+    """shoal_group_committed_offset and shoal_group_members, read from the coordinator's
+    in-memory state at scrape time: a group's series exist only on its coordinator, and
+    vanish with its offsets (deleted, expired) or when coordination moves away."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], GroupRows] | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        offsets, members = self._families()
+        if self.source is not None:
+            committed, sizes = self.source()
+            for group, topic, partition, offset in committed:
+                offsets.add_metric([group, topic, str(partition)], offset)
+            for group, count in sizes:
+                members.add_metric([group], count)
+        return iter((offsets, members))
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "shoal_group_committed_offset",
+                "Latest replicated committed offset of a group's partition, on the group's coordinator.",
+                labels=["group", "topic", "partition"],
+            ),
+            GaugeMetricFamily(
+                "shoal_group_members", "Members of a group, on the group's coordinator.", labels=["group"]
+            ),
+        )
+
+
+class LoopLagMonitor:
+    """Sleeps LOOP_LAG_INTERVAL_S at a time through the injected clock and observes how late
+    it woke: the time other work held the event loop (CPU-bound handlers, blocking calls)."""
+
+    def __init__(self, clock: Clock, histogram: Histogram, interval_s: float = LOOP_LAG_INTERVAL_S) -> None:
+        self._clock = clock
+        self._histogram = histogram
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="event-loop-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def run(self, rounds: int | None = None) -> None:
+        """Observe forever (`rounds`: that many times, for tests)."""
+        while rounds is None or rounds > 0:
+            started = self._clock.monotonic()
+            await self._clock.sleep(self._interval_s)
+            self._histogram.observe(max(0.0, self._clock.monotonic() - started - self._interval_s))
+            if rounds is not None:
+                rounds -= 1
 
 
 class MetricsServer:

@@ -69,7 +69,6 @@ class ModeSwitcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._writing: set[TopicIdPartition] = set()
-        self._labelled: set[tuple[str, str]] = set()  # (topic, partition) with per-partition series
         catalog.subscribe(self._on_topic)
         replicas.on_role_changed(lambda _partition: self.wake())
 
@@ -101,10 +100,11 @@ class ModeSwitcher:
                 log.exception("mode switch check failed")
 
     async def reconcile(self) -> None:
-        """Switch every led partition whose mode is not its topic's; publish committed switches."""
+        """Switch every led partition whose mode is not its topic's; publish committed switches;
+        report the per-partition series of the partitions led here (BrokerMetrics.led_partitions)."""
         pending = 0
         led = {True: 0, False: 0}
-        labelled: set[tuple[str, str]] = set()
+        rows: dict[tuple[str, str], tuple[float, ...]] = {}
         for partition in list(self._replicas.partitions.values()):
             topic = self._catalog.get(partition.topic)
             if partition.leader_state is None or topic is None:
@@ -115,14 +115,16 @@ class ModeSwitcher:
             led[partition.diskless] += 1
             if not await self._publish(partition, topic):
                 pending += 1
-            labels = (partition.topic, str(partition.index))
-            labelled.add(labels)
-            self._metrics.partition_diskless.labels(*labels).set(1 if partition.diskless else 0)
-            self._metrics.partition_mode_since.labels(*labels).set(partition.modes.boundary())
-        for gone in self._labelled - labelled:  # no longer led here: its leader reports it
-            self._metrics.partition_diskless.remove(*gone)
-            self._metrics.partition_mode_since.remove(*gone)
-        self._labelled = labelled
+            plog = partition.log
+            rows[(partition.topic, str(partition.index))] = (
+                1 if partition.diskless else 0,
+                partition.modes.boundary(),
+                plog.size_bytes,
+                partition.log_start_offset,
+                plog.log_end_offset,
+                plog.high_watermark,
+            )
+        self._metrics.led_partitions.update(rows)  # and drops the partitions no longer led here
         self._metrics.mode_switch_pending_partitions.set(pending)
         for diskless, count in led.items():
             self._metrics.leader_partitions_by_mode.labels(mode_name(diskless)).set(count)

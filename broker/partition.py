@@ -143,6 +143,10 @@ class Partition:
             self.epochs.assign(0, log_.log_start_offset)  # written before epochs were tracked: all epoch 0
         self.leader_epoch = max(self.epochs.latest_epoch, 0)
         self.leader_id = NO_LEADER
+        # As a follower: the leader epoch its leader last answered a replica fetch in (-1:
+        # none yet), so that leader had taken the partition up (controlled shutdown waits
+        # for it on the partitions it handed over).
+        self.fetched_in_epoch = -1
         self.replicas: list[int] = []
         self.isr: list[int] = []
         self.state_revision = 0  # store revision of the partition state applied last

@@ -39,3 +39,14 @@ def require_spark() -> None:
     require_module("pyspark", "pyspark is not installed (make test installs it)")
     if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
         missing("no java on PATH and no JAVA_HOME: Spark needs Java 17 (.ci/install-java installs it)")
+
+
+def require_promtool() -> str:
+    """promtool (Debian's prometheus package, installed by `.ci/install-promtool`) for the
+    alert-rule tests; returns its path."""
+    import shutil
+
+    path = shutil.which("promtool")
+    if path is None:
+        missing("promtool is not on PATH (.ci/install-promtool installs Debian's prometheus package)")
+    return path

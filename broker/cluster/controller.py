@@ -9,6 +9,11 @@ short) get one, and every `leader.imbalance.check.interval.seconds` leadership m
 to preferred replicas. Every write is a compare-and-set on the partition state's revision,
 so a concurrent ISR change by a leader, or a deposed controller, can never overwrite a newer
 decision.
+
+Controlled shutdown: a broker whose registration says `draining` is live but no leader
+candidate; reconciling moves its leaderships to other in-sync replicas (elections.py) and
+gives it no new ones. A draining broker never campaigns, and a draining controller keeps
+reconciling (so it moves its own leaderships) until its broker calls `hand_over`.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..config import BrokerConfig
     from ..metadata import MetadataStore
+    from ..metrics import BrokerMetrics
     from ..randomness import Random
     from ..topics import TopicCatalog
     from .registration import Membership
@@ -54,8 +60,10 @@ class Controller:
         self._config = config
         self._clock = clock
         self.active = False
+        self.metrics: BrokerMetrics | None = None  # set by the broker: election counters
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self._last_rebalance_ms = clock.monotonic_ms()
         view.on_brokers_changed(self.wake)
         view.on_controller_changed(lambda _node: self.wake())
@@ -72,6 +80,7 @@ class Controller:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
 
     async def stop(self) -> None:
+        self._stopped = True  # Python 3.11's wait_for drops a cancel that meets a wake-up
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -84,7 +93,7 @@ class Controller:
 
     async def _run(self) -> None:
         interval_s = self._config.broker_heartbeat_interval_ms / 1000
-        while True:
+        while not self._stopped:
             self._wake.clear()
             try:
                 await self.step()
@@ -109,9 +118,30 @@ class Controller:
         if self.active:
             await self.reconcile()
 
+    async def hand_over(self) -> None:
+        """Controlled shutdown: stop deciding and, if this process holds the controller key,
+        delete it, so a broker that is not draining takes over now rather than when this
+        one's lease goes. This controller never campaigns again."""
+        await self.stop()
+        was_active, self.active = self.active, False
+        if not was_active:
+            return
+        try:
+            current = await self._store.get(records.CONTROLLER_KEY)
+            if current is None:
+                return
+            holder = records.decode(current.value, records.ControllerRecord)
+            if holder.node_id != self._config.node_id or holder.incarnation != self._membership.record.incarnation:
+                return
+            await self._store.delete(records.CONTROLLER_KEY, expected_revision=current.revision)
+        except (RevisionConflict, MetadataError) as exc:
+            log.warning("controller %d could not hand over (%s); its lease ends the role", self._config.node_id, exc)
+            return
+        log.info("controller %d hands over (controlled shutdown)", self._config.node_id)
+
     async def _campaign(self) -> None:
         lease = self._membership.lease
-        if lease is None:
+        if lease is None or self._membership.record.draining:
             return
         record = records.ControllerRecord(
             records.RECORD_VERSION, self._config.node_id, self._membership.record.incarnation
@@ -144,10 +174,11 @@ class Controller:
         live = {b.node_id for b in self._view.brokers.values() if not b.stateless}
         if not live:
             return
-        await self._create_missing_states(live)
+        draining = {b.node_id for b in self._view.brokers.values() if b.draining and b.node_id in live}
+        await self._create_missing_states(live - draining or live)
         unclean = self._config.unclean_leader_election_enable
         for pid, state in list(self._view.partitions.items()):
-            new = elections.reconcile(state.record, live, unclean)
+            new = elections.reconcile(state.record, live, unclean, draining)
             if new is not None:
                 if new.leader != state.record.leader:
                     log.info(
@@ -166,7 +197,7 @@ class Controller:
         ):
             self._last_rebalance_ms = now
             for pid, state in list(self._view.partitions.items()):
-                new = elections.preferred_leader(state.record, live)
+                new = elections.preferred_leader(state.record, live, draining)
                 if new is not None:
                     log.info(
                         "partition %s/%d: preferred leader %d takes over (epoch %d)", *pid, new.leader, new.leader_epoch
@@ -192,9 +223,12 @@ class Controller:
     async def _write(self, pid: TopicIdPartition, record: records.PartitionStateRecord, revision: int) -> None:
         key = records.partition_key(*pid)
         value = records.encode(record)
+        before = self._view.partitions.get(pid)
         try:
             new_revision = await self._store.put(key, value, expected_revision=revision)
         except RevisionConflict:
             self.wake()  # someone changed it first: look again with the newer state
             return
+        if self.metrics is not None:
+            self.metrics.observe_leader_assignment(before.record if before is not None else None, record)
         await self._view.apply_put(KeyValue(key, value, new_revision))

@@ -331,7 +331,8 @@ class WalWriter:
         for slot, outcome, result in zip(slots, pending, applied):
             where = (slot.part.topic_id, slot.part.partition)
             if result.error_code == 0 and slot.part.acks == -1:
-                acknowledged = await outcome.acknowledged
+                # shielded: close() cancels reports, which must not cancel the commit's own future
+                acknowledged = await asyncio.shield(outcome.acknowledged)
                 (committed if acknowledged.error_code == 0 else maybe).append(where)
             elif result.error_code == 0 or not outcome.outcome_known:
                 maybe.append(where)

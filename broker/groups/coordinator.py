@@ -272,6 +272,21 @@ class GroupCoordinator:
             listed.setdefault(gid, ("", GroupState.EMPTY.value))
         return [(gid, ptype, state) for gid, (ptype, state) in sorted(listed.items())]
 
+    def metric_rows(self) -> tuple[list[tuple[str, str, int, int]], list[tuple[str, int]]]:
+        """For shoal_group_committed_offset and shoal_group_members (read at scrape time): the
+        replicated committed offsets of the groups coordinated here, and each group's member
+        count (groups known only by their offsets have 0)."""
+        offsets: list[tuple[str, str, int, int]] = []
+        members: dict[str, int] = {}
+        for shard in self._runtime.shards():
+            for group_id, topic, partition, value in shard.offsets.committed.items():
+                offsets.append((group_id, topic, partition, value.offset))
+                members.setdefault(group_id, 0)
+            for group_id, group in shard.groups.items():
+                if group.state is not GroupState.DEAD:
+                    members[group_id] = group.size
+        return offsets, list(members.items())
+
     def describe(self, group_id: str) -> GroupDescription | None:
         shard = self._shard_of(group_id)
         group = shard.groups.get(group_id)

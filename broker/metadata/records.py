@@ -57,6 +57,10 @@ class BrokerRecord(msgspec.Struct, frozen=True):
     stateless: bool
     software_version: str
     incarnation: str  # new on every start: a restart is a new registration
+    # Controlled shutdown under way: still serving, but the controller moves its leaderships
+    # away and never gives it new ones, nor does it stand for controller. Absent (False) in
+    # records written before controlled shutdown; older brokers ignore the field.
+    draining: bool = False
 
 
 class ControllerRecord(msgspec.Struct, frozen=True):

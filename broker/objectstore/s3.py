@@ -71,6 +71,10 @@ RETRIABLE_CODES = frozenset(
     }
 )
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# The store asking us to slow down (S3's 503 SlowDown, 429 elsewhere): outcome "throttled".
+THROTTLING_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "RequestLimitExceeded", "TooManyRequests"}
+)
 
 
 class _ShortRead(Exception):
@@ -95,6 +99,14 @@ def is_retriable(exc: BaseException) -> bool:
             _ShortRead,
         ),
     )
+
+
+def is_throttled(exc: BaseException) -> bool:
+    """The store throttled the request: HTTP 429, or a throttling error code (503 SlowDown)."""
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return False
+    status, code = _status_and_code(exc)
+    return status == 429 or code in THROTTLING_CODES
 
 
 def _status_and_code(exc: botocore.exceptions.ClientError) -> tuple[int | None, str]:
@@ -378,7 +390,10 @@ class S3ObjectStore:
                 except NotFound:
                     raise
                 except Exception as exc:
-                    timer.done("retry" if retry.will_retry(number, is_retriable(exc)) else "error")
+                    if not retry.will_retry(number, is_retriable(exc)):
+                        timer.done("error")
+                    else:
+                        timer.done("throttled" if is_throttled(exc) else "retry")
                     raise
                 finally:
                     self._in_flight -= 1

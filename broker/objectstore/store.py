@@ -70,7 +70,8 @@ class ObjectStoreUnavailable(ObjectStoreError):
 # operation: "put", "put_if_absent", "get", "head", "list" (one call per page),
 #            "delete_many" (one call per batch of at most 1000 keys).
 # outcome:   "ok"; "not_found" (get/head of a missing key); "exists" (put_if_absent lost);
-#            "retry" (a retriable failure that will be retried); "error" (final failure).
+#            "throttled" (the store asked us to slow down: 429, 503 SlowDown; will be retried);
+#            "retry" (another retriable failure that will be retried); "error" (final failure).
 # nbytes:    payload bytes moved (put: sent, get: received); 0 for the rest.
 RequestObserver = Callable[[str, str, float, int], None]
 

@@ -135,6 +135,7 @@ class ReplicaFetcher:
                     healthy = False
                 if healthy:
                     self._delayed.pop(partition.key, None)
+                    partition.fetched_in_epoch = epochs[partition.key]
                 else:  # this partition backs off; the others go on (the leader long-polls for them)
                     self._delayed[partition.key] = self._clock.monotonic_ms() + int(backoff_s * 1000)
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..cluster.view import ClusterView
     from ..clock import Clock
     from ..metadata import MetadataStore
+    from ..metrics import BrokerMetrics
     from ..partition import Partition
     from ..replica_manager import ReplicaManager
 
@@ -37,9 +38,16 @@ RESOLVE_BACKOFF_S = 0.5  # between reads of a state whose write had an unknown o
 
 class IsrUpdater:
     def __init__(
-        self, store: "MetadataStore", view: "ClusterView", replicas: "ReplicaManager", clock: "Clock", lag_max_ms: int
+        self,
+        store: "MetadataStore",
+        view: "ClusterView",
+        replicas: "ReplicaManager",
+        clock: "Clock",
+        lag_max_ms: int,
+        metrics: "BrokerMetrics | None" = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics  # shoal_isr_shrinks_total, shoal_isr_expands_total
         self._view = view
         self._replicas = replicas
         self._clock = clock
@@ -92,11 +100,13 @@ class IsrUpdater:
             return
         leader.begin_isr_change(isr)
         record = msgspec.structs.replace(state.record, isr=isr, partition_epoch=state.record.partition_epoch + 1)
-        task = asyncio.get_running_loop().create_task(self._write(partition, record, state.revision))
+        task = asyncio.get_running_loop().create_task(self._write(partition, record, state.revision, state.record.isr))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _write(self, partition: "Partition", record: records.PartitionStateRecord, revision: int) -> None:
+    async def _write(
+        self, partition: "Partition", record: records.PartitionStateRecord, revision: int, before: list[int]
+    ) -> None:
         key = records.partition_key(partition.topic_id, partition.index)
         value = records.encode(record)
         try:
@@ -118,6 +128,8 @@ class IsrUpdater:
             log.info("%s-%d: ISR change to %s not applied (%s)", partition.topic, partition.index, record.isr, exc)
             return
         log.info("%s-%d: ISR is now %s", partition.topic, partition.index, record.isr)
+        if self._metrics is not None:
+            self._metrics.observe_isr_change(before, record.isr)
         await self._view.apply_put(KeyValue(key, value, new_revision))
 
     async def _resolve(self, partition: "Partition", key: str, revision: int) -> None:

@@ -1,6 +1,7 @@
 """The broker's AZ router: the client's AZ for a request, and the broker that represents a
 diskless partition for clients of an AZ (the partition's leader when that AZ has no live
-broker)."""
+broker). A draining broker (controlled shutdown) represents nothing: its clients move to the
+AZ's other brokers before it stops serving."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class AzRouter:
         return self.racks.client_az(header.client_id, header.peer, self.az)
 
     def brokers_in(self, az: str | None) -> list[int]:
-        return [b.node_id for b in self._view.brokers.values() if b.az == az]
+        return [b.node_id for b in self._view.brokers.values() if b.az == az and not b.draining]
 
     def representative(self, topic_id: str, partition: int, leader: int, client_az: str | None) -> int:
         chosen = representative(topic_id, partition, self.brokers_in(client_az))

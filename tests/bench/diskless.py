@@ -198,7 +198,7 @@ class Delta:
             + ", ".join(f"{r} {n:.0f}" for r, n in reasons.items() if n)
             + f"); mean PUT {self.mean_ms('shoal_wal_upload_seconds'):.0f} ms, commit "
             f"{self.mean_ms('shoal_wal_commit_seconds'):.1f} ms, Produce request in the broker "
-            f"{self.mean_ms('shoal_request_seconds', api_key='0'):.0f} ms; backpressure waits "
+            f"{self.mean_ms('shoal_request_seconds', api='Produce'):.0f} ms; backpressure waits "
             f"{self.d('shoal_wal_backpressure_waits_total'):.0f}"
         )
 
@@ -536,8 +536,8 @@ class Bench:
         lag = tail.finish(end_offsets(bootstrap, self.partitions), 120)
         d = probe.delta(s0, probe.snap())
         gets_per_gib = per_gib(d.gets, tail.bytes)
-        within = d.d("shoal_request_seconds_bucket", api_key="0", le="0.5") / d.d(
-            "shoal_request_seconds_count", api_key="0"
+        within = d.d("shoal_request_seconds_bucket", api="Produce", le="0.5") / d.d(
+            "shoal_request_seconds_count", api="Produce"
         )
         print(
             f"\n[half load] {half['records']:,} records paced at {ingest / 2:.1f} MiB/s "
@@ -546,7 +546,7 @@ class Bench:
         print(
             f"  produce (delivery report) p50 {half['p50_ms']:.0f} ms, p99 {half['p99_ms']:.0f} ms "
             f"({verdict(half['p99_ms'], TARGETS['produce_p99_ms'])}); in the broker: mean "
-            f"{d.mean_ms('shoal_request_seconds', api_key='0'):.0f} ms, {within * 100:.1f}% of Produce "
+            f"{d.mean_ms('shoal_request_seconds', api='Produce'):.0f} ms, {within * 100:.1f}% of Produce "
             "requests answered within 0.5 s"
         )
         print(f"  {self.stats.line()}")

@@ -71,8 +71,8 @@ def test_slow_down_is_retried_with_backoff(moto_server: Any) -> None:
 
     run_through_proxy(moto_server, body, on_request=requests)
     assert [(op, outcome) for op, outcome, _ in requests.calls] == [
-        ("put", "retry"),
-        ("put", "retry"),
+        ("put", "throttled"),
+        ("put", "throttled"),
         ("put", "ok"),
         ("get", "ok"),
     ]
@@ -128,7 +128,7 @@ def test_retries_are_bounded(moto_server: Any) -> None:
         proxy.faults.clear()
 
     run_through_proxy(moto_server, body, on_request=requests)
-    assert [outcome for _, outcome, _ in requests.calls] == ["retry", "retry", "retry", "error"]
+    assert [outcome for _, outcome, _ in requests.calls] == ["throttled", "throttled", "throttled", "error"]
 
 
 def test_dropped_connections_and_stalls_are_retried(moto_server: Any) -> None:

@@ -127,8 +127,13 @@ UPLOAD = "put_if_absent"
 
 def store_requests(snapshot, operation: str, outcome: str) -> float:
     """Object store request attempts of one operation (put, get, ...) with one outcome
-    (ok, retry, error, ...)."""
+    (ok, throttled, retry, error, ...)."""
     return metric(snapshot, "shoal_object_store_requests_total", operation=operation, outcome=outcome)
+
+
+def store_retries(snapshot, operation: str) -> float:
+    """Attempts that failed and were retried: throttled (503 SlowDown, 429) or otherwise."""
+    return store_requests(snapshot, operation, "throttled") + store_requests(snapshot, operation, "retry")
 
 
 def produce_errors(snapshot) -> dict[str, float]:
@@ -467,7 +472,7 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
     linger_seals = delta(before, after, "shoal_wal_seals_total", reason="linger")
     forced_seals = seals - linger_seals  # size or backpressure
     committed = delta(before, after, "shoal_wal_objects_total", outcome="committed")
-    produce_requests = delta(before, after, "shoal_requests_total", api_key="0")
+    produce_requests = delta(before, after, "shoal_requests_total", api="Produce")
     batches = sum(count_batches(bs, t, PARTITIONS) for t in topics)
     summary = (
         f"{total} records in {batches} batches, {produce_requests:.0f} produce requests, "
@@ -475,7 +480,7 @@ def test_three_clients_concurrently_share_wal_objects(s3_broker):
         f"in {max(r.elapsed_s for r in runs):.1f} s"
     )
     print(summary)
-    assert store_requests(after, UPLOAD, "retry") - store_requests(before, UPLOAD, "retry") == 0, summary
+    assert store_retries(after, UPLOAD) - store_retries(before, UPLOAD) == 0, summary
     assert puts <= seals and puts == committed, summary  # one PUT per sealed buffer
     # Objects are shared: many produce requests (of all three clients) and batches per PUT.
     assert puts * 3 < produce_requests and puts * 10 < batches, f"objects are not shared: {summary}"
@@ -686,11 +691,11 @@ def test_produce_through_s3_faults(proxied_s3_broker):
     after = scrape(broker)
     failed_objects = metric(after, "shoal_wal_objects_total", outcome="upload_failed")
     print(
-        f"proxy: {stats}\nput retries {store_requests(after, 'put', 'retry'):.0f}, produce errors "
+        f"proxy: {stats}\nput retries {store_retries(after, UPLOAD):.0f}, produce errors "
         f"{produce_errors(after)}, upload_failed {failed_objects:.0f}"
     )
     assert stats["failed"].get("PUT", 0) > 0 and stats["lost"].get("PUT", 0) > 0, stats
-    assert store_requests(after, UPLOAD, "retry") > 0, "the broker never retried a PUT"
+    assert store_requests(after, UPLOAD, "throttled") > 0, "the broker never retried a throttled PUT"
 
     # Read it all again from S3 (a restarted broker has an empty object cache) with faulty GETs.
     broker.restart()
@@ -698,7 +703,7 @@ def test_produce_through_s3_faults(proxied_s3_broker):
     assert check_runs(bs, topics, runs) == sum(r.sent for r in runs)
     stats = s3proxy_stats(port)
     assert stats["failed"].get("GET", 0) > 0, stats
-    assert store_requests(scrape(broker), "get", "retry") > 0
+    assert store_retries(scrape(broker), "get") > 0
 
 
 def _produce_through_window(

@@ -6,8 +6,9 @@ in-memory metadata store and object store behind the fault seams (every broker r
 same ones, as with etcd and S3), and the simulated network for the inter-broker RPC. Each
 broker runs as a sim node, so `crash` is kill -9 (its tasks freeze, its connections break,
 its data directory stays as the page cache left it) and `restart` starts a new process on
-the same directory. Clients talk to a broker through its real listener code
-(`kafka.SimConnection`: server.KafkaConnection over a fake transport).
+the same directory. `stop` is SIGTERM instead: the broker's controlled shutdown (it keeps
+serving while its leaderships move), then its clean stop. Clients talk to a broker through
+its real listener code (`kafka.SimConnection`: server.KafkaConnection over a fake transport).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.broker import Broker
+from broker.broker import Broker, ShutdownOutcome
 from broker.config import load_config
 from broker.environment import Environment
 from broker.metadata.store import Lease, LeaseKeepAlive
@@ -182,6 +183,28 @@ class SimCluster:
         self.down.discard(node_id)
         self.sim.trace.record("cluster", "broker %d started (incarnation %d) in %s", node_id, node.incarnation, az)
         return self.brokers[node_id]
+
+    async def stop(self, node_id: int, stop_timeout_s: float = 120.0) -> ShutdownOutcome | None:
+        """SIGTERM: what `broker.broker.run` does on a signal. The controlled shutdown runs
+        while the broker serves; then its listener closes (clients are refused from here)
+        and it stops cleanly, after which the process is gone. A stop that hangs longer than
+        `stop_timeout_s` (a supervisor's grace period) ends in kill -9."""
+        sim_broker = self.brokers[node_id]
+        broker = sim_broker.broker
+        self.sim.trace.record("cluster", "broker %d asked to stop (SIGTERM)", node_id)
+        outcome = await spawn(sim_broker.node, broker.controlled_shutdown(), name=f"broker-{node_id}-drain")
+        self.sim.trace.record("cluster", "broker %d controlled shutdown: %s", node_id, outcome)
+        self.down.add(node_id)  # the listener closes now: new connections are refused
+        stopping = spawn(sim_broker.node, broker.stop(), name=f"broker-{node_id}-stop")
+        try:
+            await asyncio.wait_for(asyncio.shield(stopping), stop_timeout_s)
+        except TimeoutError:
+            self.sim.trace.record("cluster", "broker %d did not stop within %.0f s: killed", node_id, stop_timeout_s)
+        crash(self.sim.loop, sim_broker.node, self.network)  # the process exits: whatever is left goes
+        self._release_files(node_id)
+        self._reset_clients(node_id)
+        self.sim.trace.record("cluster", "broker %d stopped", node_id)
+        return outcome
 
     def crash(self, node_id: int) -> None:
         """kill -9 (the process's data-dir lock goes with it)."""

@@ -126,3 +126,61 @@ def test_reconcile_never_elects_outside_a_clean_isr(replicas, isr_mask, live, le
         assert set(after.isr) <= set(before.isr) and set(after.isr) <= live
     assert after.leader_epoch >= before.leader_epoch
     assert (after.leader != before.leader) == (after.leader_epoch == before.leader_epoch + 1)
+
+
+def test_a_draining_leader_hands_over_to_the_first_live_in_sync_replica_and_stays_in_the_isr() -> None:
+    """Controlled shutdown: the draining broker is live but ineligible; its partition moves
+    as if it had left (first non-draining live ISR member, epoch bump), and it keeps its ISR
+    place, since it still replicates until it stops."""
+    new = reconcile(state([1, 2, 3], leader=1, isr=[1, 2, 3]), live={1, 2, 3}, unclean=False, draining={1})
+    assert new == PartitionStateRecord(1, [1, 2, 3], 2, 6, [1, 2, 3], 8)
+    assert reconcile(new, live={1, 2, 3}, unclean=False, draining={1}) is None, "stable once applied"
+    skip_out_of_sync = reconcile(state([1, 2, 3], leader=1, isr=[1, 3]), live={1, 2, 3}, unclean=False, draining={1})
+    assert skip_out_of_sync is not None and skip_out_of_sync.leader == 3
+    skip_draining = reconcile(state([1, 2, 3], leader=1, isr=[1, 2, 3]), {1, 2, 3}, False, draining={1, 2})
+    assert skip_draining is not None and skip_draining.leader == 3
+
+
+def test_a_draining_leader_with_no_other_live_in_sync_replica_keeps_its_partition() -> None:
+    assert reconcile(state([1, 2, 3], leader=1, isr=[1]), live={1, 2, 3}, unclean=False, draining={1}) is None
+    fenced = reconcile(state([1, 2, 3], leader=1, isr=[1, 2]), live={1, 3}, unclean=False, draining={1})
+    assert fenced == PartitionStateRecord(1, [1, 2, 3], 1, 5, [1], 8), "a dead follower still leaves the ISR"
+    assert reconcile(state([1], leader=1, isr=[1]), live={1}, unclean=True, draining={1}) is None, "never unclean"
+    both = reconcile(state([1, 2, 3], leader=1, isr=[1, 2]), live={1, 2, 3}, unclean=False, draining={1, 2})
+    assert both is None, "every other in-sync replica drains too"
+
+
+def test_a_dead_leader_prefers_a_non_draining_successor_but_takes_a_draining_one_over_going_offline() -> None:
+    dead = state([1, 2, 3], leader=1, isr=[1, 2, 3])
+    new = reconcile(dead, live={2, 3}, unclean=False, draining={2})
+    assert new is not None and (new.leader, new.isr) == (3, [2, 3])
+    last_resort = reconcile(state([1, 2, 3], leader=1, isr=[1, 2]), live={2, 3}, unclean=False, draining={2})
+    assert last_resort is not None and last_resort.leader == 2
+    assert elect(dead, live={2, 3}, unclean=False, draining={2, 3}) == (2, False)
+
+
+def test_leadership_never_returns_to_a_draining_preferred_replica() -> None:
+    current = state([1, 2, 3], leader=2, isr=[1, 2, 3])
+    assert preferred_leader(current, live={1, 2, 3}, draining={1}) is None
+    assert preferred_leader(current, live={1, 2, 3}, draining={3}) is not None
+
+
+@given(
+    replicas=st.permutations([1, 2, 3, 4]),
+    isr_mask=st.lists(st.booleans(), min_size=4, max_size=4),
+    live=st.sets(st.sampled_from([1, 2, 3, 4])),
+    draining=st.sets(st.sampled_from([1, 2, 3, 4])),
+)
+def test_reconcile_moves_off_draining_leaders_only_within_the_isr(replicas, isr_mask, live, draining) -> None:  # type: ignore[no-untyped-def]
+    leader = replicas[0]
+    isr = [leader] + [r for r, keep in zip(replicas[1:], isr_mask) if keep]
+    live = set(live) | {leader}
+    before = state(list(replicas), leader, isr)
+    after = reconcile(before, live, unclean=False, draining=draining) or before
+    assert after.leader in before.isr and after.leader in live
+    eligible = [r for r in before.isr if r in live and r not in draining]
+    if leader in draining and eligible:
+        assert after.leader in eligible and after.leader_epoch == before.leader_epoch + 1
+    if leader not in draining:
+        assert after.leader == leader, "a live leader that is not draining keeps its partition"
+    assert set(after.isr) == set(before.isr) & live, "draining brokers keep their ISR place"

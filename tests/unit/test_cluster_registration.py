@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from broker.clock import ManualClock
@@ -140,6 +141,59 @@ def test_our_own_registration_under_another_lease_is_taken_over(tmp_path: Path) 
         await asyncio.wait_for(broker.start(), 1)
         kv = await store.get(records.broker_key(1))
         assert kv is not None and broker.lease is not None and kv.lease == broker.lease.id
+        await broker.stop()
+        await store.close()
+
+    run(scenario())
+
+
+class _BrokerRecordBeforeDraining(msgspec.Struct, frozen=True):
+    """BrokerRecord as brokers before controlled shutdown wrote and read it."""
+
+    version: int
+    node_id: int
+    az: str | None
+    host: str
+    port: int
+    rpc_host: str | None
+    rpc_port: int
+    stateless: bool
+    software_version: str
+    incarnation: str
+
+
+def test_the_draining_flag_is_compatible_with_records_of_older_brokers_both_ways() -> None:
+    old = _BrokerRecordBeforeDraining(
+        records.RECORD_VERSION, 1, "az1", "127.0.0.1", 9092, "127.0.0.1", 9192, False, "old", "x"
+    )
+    read = records.decode(msgspec.json.encode(old), records.BrokerRecord)
+    assert read == records.BrokerRecord(*msgspec.structs.astuple(old)) and read.draining is False
+    draining = msgspec.structs.replace(record("y"), draining=True)
+    assert records.decode(records.encode(draining), records.BrokerRecord).draining is True
+    seen_by_old = msgspec.json.decode(records.encode(draining), type=_BrokerRecordBeforeDraining)
+    assert seen_by_old.incarnation == "y", "an older broker ignores the new trailing field"
+
+
+def test_drain_rewrites_the_registration_under_the_same_lease_and_a_renewal_keeps_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        store = LocalMetadataStore(tmp_path / "store.json", clock)
+        announced = Announced()
+        broker = Membership(store, record("me"), SESSION_MS, HEARTBEAT_MS, announced, clock)
+        await broker.start()
+        lease = broker.lease
+        await broker.drain()
+        kv = await store.get(records.broker_key(1))
+        assert kv is not None and kv.lease == lease.id  # type: ignore[union-attr]
+        assert records.decode(kv.value, records.BrokerRecord).draining
+        assert records.decode(announced.kvs[-1].value, records.BrokerRecord).draining, "applied to the view at once"
+        clock.advance(SESSION_MS)  # the lease is lost: the new registration still says draining
+        for _ in range(100):
+            current = await registered(store)
+            if current is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert current is not None and current.draining
         await broker.stop()
         await store.close()
 

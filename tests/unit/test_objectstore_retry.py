@@ -11,7 +11,7 @@ import botocore.exceptions
 import pytest
 
 from broker.objectstore.retry import NO_RETRY, RetryPolicy
-from broker.objectstore.s3 import is_retriable
+from broker.objectstore.s3 import is_retriable, is_throttled
 
 
 def client_error(status: int, code: str) -> botocore.exceptions.ClientError:
@@ -155,3 +155,13 @@ def test_not_retriable(exc: BaseException) -> None:
 def test_policy_validation(options: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**options)  # type: ignore[arg-type]
+
+
+def test_throttling_is_told_apart() -> None:
+    """shoal_object_store_requests_total{outcome="throttled"}: the store asking us to slow down."""
+    assert is_throttled(client_error(503, "SlowDown"))
+    assert is_throttled(client_error(429, "TooManyRequests"))
+    assert is_throttled(client_error(400, "ThrottlingException"))
+    assert not is_throttled(client_error(503, "ServiceUnavailable"))
+    assert not is_throttled(client_error(500, "InternalError"))
+    assert not is_throttled(asyncio.TimeoutError())

@@ -1,7 +1,8 @@
 """Three real brokers under faults, driven by Kafka clients, then audited (audit.py).
 
 Each seed draws a world: one AZ or three, how often the metadata store, the object store,
-the network and the disks fail, and a schedule of crashes (kill -9 and restart), network
+the network and the disks fail, and a schedule of crashes (kill -9 and restart), graceful
+stops (SIGTERM: controlled shutdown, then restart, as in a rolling restart), network
 partitions and outages. Producers pipeline requests that mix classic (acks=all, RF 3) and
 diskless partitions, consumers tail every partition from offset 0 (a reset is a failure),
 and a client commits group offsets past the compaction threshold of `__consumer_offsets`
@@ -12,6 +13,7 @@ checks every promise the clients were given.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -62,8 +64,12 @@ async def create_topics(cluster: SimCluster) -> list[Key]:
     return keys
 
 
-async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) -> None:
-    """Crashes and restarts, partitions, store outages: one at a time, at random moments."""
+async def fault_schedule(
+    cluster: SimCluster, rng: SimRandom, until_s: float, stops: Counter[str] | None = None
+) -> None:
+    """Crashes and restarts, graceful stops and restarts, partitions, store outages: one at
+    a time, at random moments. `stops` counts the graceful stops and what they moved."""
+    stops = Counter() if stops is None else stops
     loop = asyncio.get_running_loop()
     while loop.time() < until_s:
         await asyncio.sleep(rng.between((1.0, 4.0)))
@@ -88,6 +94,14 @@ async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) ->
             cluster.objects.faulty.stall()
             await asyncio.sleep(rng.between((0.5, 4.0)))
             cluster.objects.faulty.resume()
+        elif not cluster.down and cluster.brokers[victim].running:  # a rolling restart's step
+            outcome = await cluster.stop(victim)
+            stops["graceful_stops"] += 1
+            if outcome is not None:
+                stops["leaderships_moved"] += outcome.moved
+                stops["shutdowns_timed_out"] += outcome.timed_out
+            await asyncio.sleep(rng.between((0.5, 4.0)))
+            cluster.start(victim)
 
 
 @scenario("cluster", max_virtual_s=1200.0, max_steps=3_000_000, test_seeds=24)
@@ -152,7 +166,8 @@ async def cluster(sim: Sim) -> dict[str, int]:
                     commit_offsets(built, ledger, clients.fork("g"), "g", azs[-1], "orders", keys, until_s)
                 )
             )
-            tasks.append(loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)))
+            stops: Counter[str] = Counter()
+            tasks.append(loop.create_task(fault_schedule(built, rng.fork("faults"), until_s, stops)))
             await asyncio.gather(*tasks)
             await settle(built, keys)
-        return await audit(built, ledger, keys)
+        return {**await audit(built, ledger, keys), **stops}
