@@ -86,10 +86,16 @@ def add_health_parser(cluster: Any, add_connection_args: Any) -> None:
     )
 
 
+# Partition problems listed in the text output; a broker down makes every partition it
+# hosts under-replicated, and the line naming the broker is what an operator needs first.
+TEXT_PARTITION_LINES = 10
+
+
 def health(args: argparse.Namespace) -> tuple[Any, str]:
     """One check: a list of problems (empty: healthy)."""
 
-    problems: list[str] = []
+    problems: list[str] = []  # cluster-wide problems first: they usually explain the rest
+    partition_problems: list[str] = []
     described, topics, configs = _cluster_state(args)
     live = {b["broker_id"] for b in described["brokers"]}
     if described["controller_id"] < 0:
@@ -103,16 +109,23 @@ def health(args: argparse.Namespace) -> tuple[Any, str]:
             where = f"{topic['name']}-{p['partition_index']}"
             if p["leader_id"] < 0:
                 counts["leaderless"] += 1
-                problems.append(f"{where} has no leader")
+                partition_problems.append(f"{where} has no leader")
             elif len(p["isr_nodes"]) < len(p["replica_nodes"]):
                 counts["under_replicated"] += 1
-                problems.append(f"{where} is under-replicated: ISR {p['isr_nodes']} of replicas {p['replica_nodes']}")
+                partition_problems.append(
+                    f"{where} is under-replicated: ISR {p['isr_nodes']} of replicas {p['replica_nodes']}"
+                )
             if p["leader_id"] >= 0 and len(p["isr_nodes"]) < min_isr:
                 counts["under_min_isr"] += 1
-                problems.append(f"{where} is under min.insync.replicas={min_isr}: ISR {p['isr_nodes']}")
+                partition_problems.append(f"{where} is under min.insync.replicas={min_isr}: ISR {p['isr_nodes']}")
     for missing in sorted(hosting - live):
         problems.append(f"broker {missing} hosts replicas but is not registered (down?)")
     problems += _store_check(args, described)
+    shown = problems + partition_problems[:TEXT_PARTITION_LINES]
+    if len(partition_problems) > TEXT_PARTITION_LINES:
+        hidden = len(partition_problems) - TEXT_PARTITION_LINES
+        shown.append(f"... and {hidden} more partition problems (--format json lists them all)")
+    problems += partition_problems
     result = {
         "healthy": not problems,
         "problems": problems,
@@ -120,7 +133,7 @@ def health(args: argparse.Namespace) -> tuple[Any, str]:
         "controller_id": described["controller_id"],
         **counts,
     }
-    text = "healthy" if not problems else "UNHEALTHY\n" + "\n".join(f"  - {p}" for p in problems)
+    text = "healthy" if not problems else "UNHEALTHY\n" + "\n".join(f"  - {p}" for p in shown)
     return result, text
 
 
