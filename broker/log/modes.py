@@ -18,20 +18,17 @@ forgets the marker instead of inventing one; a truncation drops markers above th
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
-import crc32c
 import msgspec
 
-from broker.atomic_write import write_atomically
+from broker.log.framed_file import FramedFileError, unframe, write_framed
 from broker.log.markers import SHOAL_MODE, MarkerFormatError, control_value, encode_control
 
 CHECKPOINT_FILE = "mode-history.checkpoint"
 EVENT_VERSION = 1
 _MAGIC = b"SHMH"
 _VERSION = 1
-_HEAD = struct.Struct(">4sHI")
 
 
 class ModeEvent(msgspec.Struct, array_like=True, frozen=True):
@@ -131,20 +128,13 @@ class ModeHistory:
         self._persist()
 
     def _persist(self) -> None:
-        body = msgspec.msgpack.encode(self._changes)
-        write_atomically(self._path, _HEAD.pack(_MAGIC, _VERSION, crc32c.crc32c(body)) + body)
+        write_framed(self._path, _MAGIC, _VERSION, msgspec.msgpack.encode(self._changes))
 
 
 def _decode(data: bytes, path: Path) -> list[ModeChange]:
-    if len(data) < _HEAD.size:
-        raise ModeHistoryError(f"{path}: truncated mode history")
-    magic, version, crc = _HEAD.unpack_from(data)
-    body = data[_HEAD.size :]
-    if magic != _MAGIC or version != _VERSION:
-        raise ModeHistoryError(f"{path}: not a mode history of version {_VERSION} (magic {magic!r}, version {version})")
-    if crc32c.crc32c(body) != crc:
-        raise ModeHistoryError(f"{path}: mode history checksum mismatch")
     try:
-        return _CHANGES_DECODER.decode(body)
+        return _CHANGES_DECODER.decode(unframe(data, _MAGIC, _VERSION, "mode history"))
+    except FramedFileError as exc:
+        raise ModeHistoryError(f"{path}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ModeHistoryError(f"{path}: unreadable mode history: {exc}") from None

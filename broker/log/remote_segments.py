@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import bisect
 import logging
-import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-import crc32c
 import msgspec
 
-from broker.atomic_write import write_atomically
+from broker.log.framed_file import FramedFileError, unframe, write_framed
 from broker.log.markers import RemoteSegmentEvent, RemoteSegmentState
 
 log = logging.getLogger(__name__)
@@ -31,7 +29,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "remote-segments.checkpoint"
 _MAGIC = b"SHRS"
 _VERSION = 1
-_HEAD = struct.Struct(">4sHI")
 
 _VALID = {
     RemoteSegmentState.COPY_SEGMENT_STARTED: {
@@ -110,15 +107,10 @@ class RemoteSegments:
             raw = path.read_bytes()
         except FileNotFoundError:
             return cls(path)
-        if len(raw) < _HEAD.size:
-            raise RemoteSegmentsError(f"{path}: truncated")
-        magic, version, crc = _HEAD.unpack_from(raw)
-        body = raw[_HEAD.size :]
-        if magic != _MAGIC or version != _VERSION:
-            raise RemoteSegmentsError(f"{path}: not a version-{_VERSION} remote-segments checkpoint")
-        if crc32c.crc32c(body) != crc:
-            raise RemoteSegmentsError(f"{path}: CRC32C mismatch")
-        ckpt = _DECODER.decode(body)
+        try:
+            ckpt = _DECODER.decode(unframe(raw, _MAGIC, _VERSION, "remote-segments checkpoint"))
+        except FramedFileError as exc:
+            raise RemoteSegmentsError(f"{path}: {exc}") from None
         return cls(path, ckpt.applied_through, ckpt.segments)
 
     @property
@@ -289,5 +281,4 @@ class RemoteSegments:
     def persist(self) -> None:
         if self._path is None:
             return
-        body = _ENCODER.encode(_Checkpoint(self.applied_through, self.segments))
-        write_atomically(self._path, _HEAD.pack(_MAGIC, _VERSION, crc32c.crc32c(body)) + body)
+        write_framed(self._path, _MAGIC, _VERSION, _ENCODER.encode(_Checkpoint(self.applied_through, self.segments)))
