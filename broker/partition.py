@@ -7,6 +7,7 @@ diskless commit path can run the same checks on batches it never stores locally.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import logging
@@ -19,9 +20,11 @@ from .log import EntryKind, LogClosedError, PartitionLog, RemoteRetention
 from .log.markers import RemoteSegmentEvent, decode_marker, encode_marker
 from .log.modes import ModeChange, ModeEvent, ModeHistory, decode_mode_marker, encode_mode_marker
 from .log.remote_segments import RemoteSegments
+from .log.txn_index import AbortedTxn, TxnIndex
+from .log.txn_markers import TxnMarker, decode_txn_marker, encode_txn_marker, is_txn_marker
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
-from .producers import DuplicateBatch, ProducerStateManager
+from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
 from .protocol import batch as batches
 from .log.coordinates import WalRef, encode_ref
 from .protocol.batch import BATCH_HEADER_SIZE, BatchFormatError, BatchHeader, UnsupportedMagicError, parse_header
@@ -78,8 +81,12 @@ def validate_batches(records: memoryview, settings: TopicSettings, now_ms: int) 
             raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {header.compression}")
         if header.is_control:
             raise ApiError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        if header.is_transactional:
-            raise ApiError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
+        if header.is_transactional and not header.has_producer_id:
+            raise ApiError(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+        # Transactional batches are accepted and follow the idempotent rules; the partition
+        # tracks the transaction they open (producers/state.py). Kafka (KIP-890) first asks
+        # the transaction coordinator whether the partition was added to the transaction:
+        # that check comes with the coordinator.
         if not settings.log_append_time:
             _check_timestamps(header, settings, now_ms)
     return found
@@ -112,6 +119,14 @@ def _check_timestamps(header: BatchHeader, settings: TopicSettings, now_ms: int)
             )
 
 
+def _end_txn(header: BatchHeader, data: memoryview | bytes | bytearray) -> EndTxn | None:
+    """The content of a transaction marker entry (None for any other entry)."""
+    if not is_txn_marker(header):
+        return None
+    marker = decode_txn_marker(data)
+    return EndTxn(marker.commit, marker.coordinator_epoch)
+
+
 class Partition:
     def __init__(
         self,
@@ -135,6 +150,10 @@ class Partition:
         log_.truncation_listeners.append(self.remote_segments.on_truncate)
         self.modes = ModeHistory.open(directory, log_.log_end_offset)  # mode markers (log/modes.py)
         log_.truncation_listeners.append(self.modes.truncate_from)
+        # Aborted transactions per segment (log/txn_index.py); rebuilt from `_txn_rebuild_from`
+        # by the producer-state replay when a file was corrupt or missing.
+        self.txn_index, self._txn_rebuild_from = TxnIndex.open(directory, log_.segment_base_offsets)
+        log_.truncation_listeners.append(self._on_log_truncated)
         self.created_diskless = settings.diskless  # the mode without a marker: the topic's at creation
         self.producers = producers
         self.settings = settings
@@ -177,6 +196,10 @@ class Partition:
         return partition
 
     def _on_segment_roll(self, offset: int) -> None:
+        bases = self.log.segment_base_offsets
+        if len(bases) > 1:
+            self.txn_index.flush(bases[-2])  # sealed: durable before the snapshot that skips it
+        self.txn_index.ensure(offset)
         self.producers.take_snapshot(self.directory, offset)
         if self.remote_segments.known:
             self.remote_segments.checkpoint_at(self.log.high_watermark)
@@ -279,18 +302,78 @@ class Partition:
             )
 
     def _rebuild_producer_state(self) -> None:
-        """Latest snapshot plus the log tail after it: cost is the tail, not the log."""
-        start = max(
-            self.producers.load_latest_snapshot(self.directory, self.log.log_end_offset), self.log.log_start_offset
-        )
+        """Latest snapshot plus the log tail after it: cost is the tail, not the log. A
+        transaction index to rebuild from further back starts the replay there."""
+        leo = self.log.log_end_offset
+        rebuild_from = self._txn_rebuild_from
+        self._txn_rebuild_from = None
+        if rebuild_from is None:
+            loaded = self.producers.load_latest_snapshot(self.directory, leo)
+        else:
+            loaded = self.producers.load_latest_snapshot(self.directory, min(rebuild_from, leo), keep_newer=True)
+        start = max(loaded, self.log.log_start_offset)
+        self.txn_index.truncate_from(start)  # what the replay appends again
         replayed = 0
         for entry in self.log.iter_entries(start):
-            self.producers.replay(entry.header, entry.base_offset)
+            self._replay(entry.header, entry.base_offset, entry.data)
             replayed += 1
+        self.producers.on_high_watermark(self.log.high_watermark)
         if replayed:
             log.info(
                 "%s-%s: replayed %d entries from offset %d into producer state", self.topic, self.index, replayed, start
             )
+
+    # -- transactions -------------------------------------------------------------------------
+    def _replay(self, header: BatchHeader, offset: int, data: memoryview | bytes) -> None:
+        """Apply one log entry to producer state (and the aborted-transaction index)."""
+        self._index_completed(self.producers.replay(header, offset, _end_txn(header, data)))
+
+    def _index_completed(self, completed: CompletedTxn | None) -> None:
+        """An aborted transaction goes into the index of the segment holding its marker."""
+        if completed is None or not completed.aborted:
+            return
+        bases = self.log.segment_base_offsets
+        base = bases[max(bisect.bisect_right(bases, completed.last_offset) - 1, 0)]
+        self.txn_index.append(
+            base,
+            AbortedTxn(
+                completed.producer_id, completed.first_offset, completed.last_offset, completed.last_stable_offset
+            ),
+        )
+
+    def _on_log_truncated(self, offset: int) -> None:
+        self.txn_index.truncate_from(offset)
+        bases = self.log.segment_base_offsets
+        self.txn_index.retain(bases)
+        self.txn_index.ensure(bases[-1])
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: min(first offset of an undecided transaction, high watermark). Every
+        replica keeps its own from its producer state and its high watermark (a follower
+        serves read_committed fetches with it, as Kafka's follower fetching does). Never below
+        the log start offset (Kafka's updateFirstUnstableOffset): retention or DeleteRecords
+        may drop the start of a transaction still open."""
+        first = self.producers.first_unstable_offset()
+        hw = self.log.high_watermark
+        return hw if first is None else min(max(first, self.log_start_offset), hw)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound)
+        must report."""
+        self.txn_index.retain(self.log.segment_base_offsets)  # retention may have dropped segments
+        return self.txn_index.collect(fetch_offset, upper_bound_offset)
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool) -> int:
+        """Leader: end producer `producer_id`'s transaction with a COMMIT or ABORT control
+        batch (WriteTxnMarkers). Returns the log end offset after it: the marker is committed
+        once the high watermark reaches it. INVALID_PRODUCER_EPOCH for an older producer
+        epoch, TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, as Kafka."""
+        self.check_acks(-1)
+        marker = TxnMarker(commit, coordinator_epoch)
+        data = encode_txn_marker(producer_id, producer_epoch, marker, self._clock.now_ms())
+        outcome = self._append(EntryKind.RECORDS, [(parse_header(data), data)], EndTxn(commit, coordinator_epoch))
+        return outcome.end_offset
 
     @property
     def isr_size(self) -> int:
@@ -377,6 +460,7 @@ class Partition:
         before = self.log.high_watermark
         hw = self.log.update_high_watermark(self.leader_state.high_watermark(self.log.log_end_offset))
         self.remote_segments.commit_through(hw)
+        self.producers.on_high_watermark(hw)
         while self._waits and self._waits[0][0] <= hw:
             _, _, future = heapq.heappop(self._waits)
             if not future.done():
@@ -434,7 +518,7 @@ class Partition:
             if epoch > self.epochs.latest_epoch:
                 self.epochs.assign(epoch, header.base_offset)
             self.log.append(EntryKind(kind), header, data, epoch)
-            self.producers.replay(header, header.base_offset)
+            self._replay(header, header.base_offset, data)
             if kind == EntryKind.REMOTE_SEGMENT:
                 self.remote_segments.on_append(header.base_offset, epoch, decode_marker(data))
             elif kind == EntryKind.MODE:
@@ -442,6 +526,7 @@ class Partition:
             appended += len(data)
         hw = self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
         self.remote_segments.commit_through(hw)
+        self.producers.on_high_watermark(hw)
         if appended:
             self._on_append(self)
         return appended
@@ -482,8 +567,11 @@ class Partition:
 
     def _reload_producers(self) -> None:
         start = self.producers.truncate_and_reload(self.directory, self.log.log_start_offset, self.log.log_end_offset)
+        if start < self.log.log_end_offset:
+            self.txn_index.truncate_from(start)  # what the replay appends again
         for entry in self.log.iter_entries(start):
-            self.producers.replay(entry.header, entry.base_offset)
+            self._replay(entry.header, entry.base_offset, entry.data)
+        self.producers.on_high_watermark(self.log.high_watermark)
 
     def append_records(self, records: memoryview, acks: int) -> AppendOutcome:
         """Validate, deduplicate and append a produce request's batches for this partition."""
@@ -517,18 +605,27 @@ class Partition:
             )
 
     def _append(
-        self, kind: EntryKind, items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]]
+        self,
+        kind: EntryKind,
+        items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]],
+        end_txn: EndTxn | None = None,
     ) -> AppendOutcome:
         """Deduplicate against producer state and append, all batches or none (as Kafka
         appends a partition's record set): if a later batch is refused or its write fails,
-        the earlier ones are cut off again. A duplicate answers with its offsets."""
+        the earlier ones are cut off again. A duplicate answers with its offsets.
+        `end_txn`: the items are one transaction marker with this content."""
         first_offset = -1
         appended = 0
         append_time = items[0][0].max_timestamp if self.settings.log_append_time and items else -1
         start = self.log.log_end_offset
         try:
             for header, data in items:
-                verdict = self.producers.check(header)
+                if end_txn is None:
+                    verdict = self.producers.check(header)
+                else:
+                    verdict = self.producers.check_marker(
+                        header.producer_id, header.producer_epoch, end_txn.coordinator_epoch
+                    )
                 if isinstance(verdict, DuplicateBatch):
                     if first_offset < 0:
                         first_offset = verdict.base_offset
@@ -540,7 +637,9 @@ class Partition:
                         f"sequence {header.base_sequence}: {verdict.name}",
                     )
                 result = self.log.append(kind, header, data, self.leader_epoch)
-                self.producers.on_append(header, result.base_offset, header.max_timestamp)
+                self._index_completed(
+                    self.producers.on_append(header, result.base_offset, header.max_timestamp, end_txn)
+                )
                 if first_offset < 0:
                     first_offset = result.base_offset
                 appended += header.size
@@ -575,5 +674,6 @@ class Partition:
         self.log.update_config(settings.log)
 
     def close(self) -> None:
+        self.txn_index.flush(self.log.segment_base_offsets[-1])
         self.producers.take_snapshot(self.directory, self.log.log_end_offset)
         self.log.close()

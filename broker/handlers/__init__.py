@@ -32,6 +32,7 @@ _MODULES = (
     "delete_groups",
     "offset_delete",
     "offset_for_leader_epoch",
+    "write_txn_markers",
 )
 
 

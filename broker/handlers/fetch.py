@@ -9,6 +9,13 @@ Diskless entries are resolved after the sizing pass, all partitions together, so
 one WAL object are read with coalesced ranged GETs through the object cache. Each batch is
 served as the entry's header (baseOffset, partitionLeaderEpoch and any LogAppendTime stamp as
 committed) followed by the object's bytes after the first 61.
+
+isolation_level READ_COMMITTED (1) reads up to the partition's last stable offset instead of
+its high watermark, and answers the aborted transactions overlapping the returned range
+(the partition's aborted-transaction index, log/txn_index.py); every replica that serves
+fetches keeps its own LSO (from its producer state and the high watermark it knows), and a
+replica read for a broker without a replica carries both (routing/read_service.py).
+Transaction markers are ordinary control batches in the log: served, and skipped by clients.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
+_Aborted = _Partition.AbortedTransaction
 READ_COMMITTED = 1
 logger = logging.getLogger(__name__)
 
@@ -96,7 +104,16 @@ def _remote_partitions(broker: HandlerContext, request: FetchRequest) -> list[Wa
             continue
         for p in fetch_topic.partitions:
             if fetches_elsewhere(broker, topic, p.partition, p.fetch_offset):
-                wanted.append((topic.name, p.partition, str(topic.topic_id), p.fetch_offset, p.partition_max_bytes))
+                wanted.append(
+                    (
+                        topic.name,
+                        p.partition,
+                        str(topic.topic_id),
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        request.isolation_level,
+                    )
+                )
     return wanted
 
 
@@ -142,7 +159,7 @@ def _read_all(
     total = 0
     has_error = False
     first_batch_pending = True
-    aborted: list[Any] | None = [] if request.isolation_level == READ_COMMITTED else None
+    read_committed = request.isolation_level == READ_COMMITTED
     keys: list[Hashable] = []
     topics: list[Any] = []
     found: Found = []
@@ -158,6 +175,7 @@ def _read_all(
             index = fetch_partition.partition
             partition: Partition | None = None
             tiered: TieredRead | None = None
+            aborted: list[tuple[int, int]] = []
             try:
                 if topic is None:
                     raise topic_error or ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic")
@@ -180,16 +198,36 @@ def _read_all(
                             first_batch_pending,
                         )
                     high_watermark, log_start_offset = read.high_watermark, read.log_start_offset
+                    stable = read.last_stable_offset if read.last_stable_offset >= 0 else high_watermark
+                    if read_committed:
+                        entries = [e for e in entries if e.base_offset < stable]
+                        if entries:
+                            upper = entries[-1].last_offset + 1
+                            aborted = [(pid, first) for pid, first, last in read.aborted if first < upper]
                 else:
                     partition = fetch_replica(broker, topic, index)
                     check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
                     tiered = _tiered(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
+                    stable = partition.last_stable_offset
                     entries = (
                         []
                         if tiered
-                        else _read_local(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
+                        else _read_local(
+                            partition,
+                            fetch_partition.fetch_offset,
+                            limit,
+                            first_batch_pending,
+                            stable if read_committed else partition.log.high_watermark,
+                        )
                     )
                     high_watermark, log_start_offset = partition.log.high_watermark, partition.log_start_offset
+                    if read_committed and entries:
+                        aborted = [
+                            (t.producer_id, t.first_offset)
+                            for t in partition.aborted_transactions(
+                                fetch_partition.fetch_offset, entries[-1].last_offset + 1
+                            )
+                        ]
                     keys.append(partition.key)
             except OffsetOutOfRangeError:
                 has_error = True
@@ -210,9 +248,11 @@ def _read_all(
                 partition_index=index,
                 error_code=0,
                 high_watermark=high_watermark,
-                last_stable_offset=high_watermark,
+                last_stable_offset=stable,
                 log_start_offset=log_start_offset,
-                aborted_transactions=aborted,
+                aborted_transactions=[_Aborted(producer_id=p, first_offset=f) for p, f in aborted]
+                if read_committed
+                else None,
                 preferred_read_replica=-1,
                 records=b"",
             )
@@ -263,17 +303,18 @@ async def _read_tiered(broker: HandlerContext, response: Any, read: TieredRead) 
     response.records = b"".join(view for _header, view in batches)
 
 
-def _read_local(partition: Partition, offset: int, limit: int, first_batch_pending: bool) -> list[LogEntry]:
-    """Entries below the high watermark from `offset`, sized by KIP-74. A follower whose log
-    no longer holds the offset (truncated since the fetch began) serves nothing rather than
+def _read_local(partition: Partition, offset: int, limit: int, first_batch_pending: bool, upper: int) -> list[LogEntry]:
+    """Entries below `upper` (the high watermark, or the last stable offset for
+    read_committed) from `offset`, sized by KIP-74. A follower whose log no longer holds the
+    offset (truncated since the fetch began) serves nothing rather than
     OFFSET_OUT_OF_RANGE: only the leader may say that, and the next fetch asks it."""
     log = partition.log
     try:
         if first_batch_pending:
-            return log.read(offset, max(limit, 0), log.high_watermark)
+            return log.read(offset, max(limit, 0), upper)
         if limit <= 0:
             return []
-        entries = log.read(offset, limit, log.high_watermark)
+        entries = log.read(offset, limit, upper)
     except OffsetOutOfRangeError:
         if not is_authoritative(partition):
             return []
@@ -300,7 +341,7 @@ def _error(index: int, code: ErrorCode, partition: Partition | None) -> Any:
         partition_index=index,
         error_code=code,
         high_watermark=log.high_watermark if log else -1,
-        last_stable_offset=log.high_watermark if log else -1,
+        last_stable_offset=partition.last_stable_offset if partition is not None else -1,
         log_start_offset=partition.log_start_offset if partition else -1,
         aborted_transactions=None,
         preferred_read_replica=-1,

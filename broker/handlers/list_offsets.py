@@ -1,5 +1,6 @@
-"""ListOffsets: earliest, latest (the high watermark: what a consumer can read), max
-timestamp, and by timestamp. A timestamp lookup finds the batch through the time index,
+"""ListOffsets: earliest, latest (the high watermark: what a consumer can read; with
+isolation_level READ_COMMITTED the last stable offset, as Kafka), max timestamp, and by
+timestamp (a match at or above that bound is none: -1). A timestamp lookup finds the batch through the time index,
 then reads that one batch's records (for a diskless partition, from its WAL object) for the
 first record at or after the target, as Kafka does; this is the only place the broker decodes records, and it is not a hot path.
 """
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from ..partition import Partition
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+READ_COMMITTED = 1
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Partition = _Topic.ListOffsetsPartitionResponse
 
@@ -48,7 +50,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
                 # others send it on (routing/forwarding.py)
                 partition = broker.replica_manager.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
-                offset, timestamp = await _lookup(broker, partition, list_partition.timestamp)
+                offset, timestamp = await _lookup(
+                    broker, partition, list_partition.timestamp, request.isolation_level == READ_COMMITTED
+                )
                 partitions.append(
                     _Partition(
                         partition_index=index,
@@ -80,11 +84,16 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-async def _lookup(broker: HandlerContext, partition: Partition, target: int) -> tuple[int, int]:
-    """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches."""
+async def _lookup(
+    broker: HandlerContext, partition: Partition, target: int, read_committed: bool = False
+) -> tuple[int, int]:
+    """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches.
+    What a consumer may read ends at the high watermark, or at the last stable offset for
+    read_committed (Kafka's `lastFetchableOffset`)."""
     log = partition.log
+    fetchable = partition.last_stable_offset if read_committed else log.high_watermark
     if target == LATEST:
-        return log.high_watermark, -1
+        return fetchable, -1
     if target == EARLIEST:
         return partition.log_start_offset, -1
     if target == EARLIEST_LOCAL:
@@ -98,14 +107,14 @@ async def _lookup(broker: HandlerContext, partition: Partition, target: int) -> 
             return found
     if target == MAX_TIMESTAMP:
         entry = log.entry_with_max_timestamp()
-        if entry is None or entry.base_offset >= log.high_watermark:
+        if entry is None or entry.base_offset >= fetchable:
             return -1, -1
         wanted = entry.header.max_timestamp
         return await _first_record_at_or_after(broker, entry, wanted, exact=True)
     if target < 0:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {target}")
     entry = log.entry_for_timestamp(target)
-    if entry is None or entry.base_offset >= log.high_watermark:
+    if entry is None or entry.base_offset >= fetchable:
         return -1, -1
     return await _first_record_at_or_after(broker, entry, target, exact=False)
 

@@ -73,14 +73,26 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_control(control_type: int, value: bytes, timestamp_ms: int) -> bytes:
+def encode_control(
+    control_type: int,
+    value: bytes,
+    timestamp_ms: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    attributes: int = CONTROL_FLAG,
+) -> bytes:
     """A Kafka control batch of one record: key = (version 0, `control_type`), `value` as
-    given (offset 0, epoch 0: the log patches both on append)."""
+    given (offset 0, epoch 0: the log patches both on append). Shoal's own markers have no
+    producer; a transaction marker (txn_markers.py) names its producer and is transactional."""
     key = _CONTROL_KEY.pack(0, control_type)
     body = b"\x00" + _varint(0) + _varint(0) + _varint(len(key)) + key + _varint(len(value)) + value + _varint(0)
     record = _varint(len(body)) + body
     batch = bytearray(
-        _HEADER.pack(0, 0, 0, MAGIC_V2, 0, CONTROL_FLAG, 0, timestamp_ms, timestamp_ms, -1, -1, -1, 1) + record
+        _HEADER.pack(
+            0, 0, 0, MAGIC_V2, 0, attributes, 0, timestamp_ms, timestamp_ms, producer_id, producer_epoch, -1, 1
+        )
+        + record
     )
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     struct.pack_into(">I", batch, 17, crc32c.crc32c(memoryview(batch)[OFFSET_ATTRIBUTES:]))
@@ -90,6 +102,15 @@ def encode_control(control_type: int, value: bytes, timestamp_ms: int) -> bytes:
 def control_value(data: bytes | bytearray | memoryview, control_type: int) -> memoryview:
     """The value of the one record of a control batch of `control_type` (MarkerFormatError
     if `data` is anything else)."""
+    kind, value = control_record(data)
+    if kind != control_type:
+        raise MarkerFormatError(f"control type {kind} is not {control_type:#x}")
+    return value
+
+
+def control_record(data: bytes | bytearray | memoryview) -> tuple[int, memoryview]:
+    """(control type, value) of the one record of a control batch (MarkerFormatError if
+    `data` is anything else)."""
     view = memoryview(data)
     try:
         header = parse_header(view)
@@ -102,13 +123,11 @@ def control_value(data: bytes | bytearray | memoryview, control_type: int) -> me
         _delta, pos = _read_varint(view, pos)
         key_length, pos = _read_varint(view, pos)
         _version, kind = _CONTROL_KEY.unpack_from(view, pos)
-        if kind != control_type:
-            raise MarkerFormatError(f"control type {kind} is not {control_type:#x}")
         pos += key_length
         value_length, pos = _read_varint(view, pos)
         if value_length < 0 or pos + value_length > len(view):
             raise MarkerFormatError("marker value overruns the batch")
-        return view[pos : pos + value_length]
+        return kind, view[pos : pos + value_length]
     except (ValueError, IndexError, struct.error) as exc:
         if isinstance(exc, MarkerFormatError):
             raise

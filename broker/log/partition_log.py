@@ -51,6 +51,7 @@ from broker.log.segment import (
     LOG_SUFFIX,
     NO_TIMESTAMP,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     Segment,
     parse_segment_name,
 )
@@ -303,7 +304,7 @@ class PartitionLog:
         bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
         known = set(bases)
         for name in names:
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
                 stem = name[: -len(suffix)]
                 if name.endswith(suffix) and len(stem) == 20 and stem.isdigit() and int(stem) not in known:
                     (self._dir / name).unlink(missing_ok=True)

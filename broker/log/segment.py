@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+TXNINDEX_SUFFIX = ".txnindex"  # the aborted-transaction index (txn_index.py), deleted with the segment
 NO_TIMESTAMP = -1
 SCAN_CHUNK_BYTES = 1 << 20  # read size when scanning entries (recovery, index rebuild)
 HEAD_CHUNK_BYTES = 64 << 10  # read size when walking entry heads only
@@ -185,7 +186,8 @@ class Segment:
     def delete_files(self) -> None:
         """Close and unlink (.log first, so a crash leaves only orphan indexes, removed at open)."""
         self.close()
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        txnindex_path = self.directory / (segment_name(self.base_offset) + TXNINDEX_SUFFIX)
+        for path in (self.log_path, self.index_path, self.timeindex_path, txnindex_path):
             try:
                 path.unlink()
             except FileNotFoundError:

@@ -13,16 +13,20 @@ from broker.producers.state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
+    CompletedTxn,
     DuplicateBatch,
+    EndTxn,
     ProducerEntry,
     ProducerStateManager,
 )
 
 __all__ = [
     "BatchMetadata",
+    "CompletedTxn",
     "CorruptSnapshotError",
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "DuplicateBatch",
+    "EndTxn",
     "NUM_BATCHES_TO_RETAIN",
     "ProducerEntry",
     "ProducerStateManager",

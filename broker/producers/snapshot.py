@@ -5,12 +5,18 @@ partition after every batch below ``offset`` was applied (Kafka's ``.snapshot`` 
 naming idea). On restart the newest usable snapshot is loaded and only the log tail from its
 offset is replayed, so recovery costs O(tail), not O(log size).
 
-File layout (version 1)::
+File layout (versions 1 and 2)::
 
     0  magic  b"SHPS"   4 bytes
     4  version uint16   big-endian; readers reject versions they do not know
     6  crc32c  uint32   big-endian, over the body
-    10 body             msgpack of `SnapshotV1` (msgspec, array-like structs)
+    10 body             msgpack of `Snapshot` (msgspec, array-like structs)
+
+Version 2 (transactions) adds two fields at the end of each producer: its coordinator epoch
+and the first offset of its open transaction (-1: none). A version-1 body decodes into the
+same struct with both at -1 (no transaction was open: version-1 brokers refused them). The
+version number moved so that a version-1 broker refuses a version-2 file rather than drop
+open transactions silently.
 
 The header sits outside msgspec so a reader can name an unknown version before it tries to
 decode a body whose shape it cannot know. Unlike Kafka (which keeps only the last batch per
@@ -35,8 +41,8 @@ from broker.atomic_write import TMP_SUFFIX, write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
 MAGIC = b"SHPS"
-CURRENT_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+CURRENT_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 
 _HEADER = struct.Struct(">4sHI")
 HEADER_SIZE = _HEADER.size  # 10
@@ -67,15 +73,19 @@ class SnapshotProducer(msgspec.Struct, array_like=True, frozen=True):
     producer_epoch: int
     last_timestamp_ms: int
     batches: list[SnapshotBatch]  # oldest first, at most 5
+    coordinator_epoch: int = -1  # version 2
+    current_txn_first_offset: int = -1  # version 2: first offset of the open transaction, -1: none
 
 
-class SnapshotV1(msgspec.Struct, frozen=True):
+class Snapshot(msgspec.Struct, frozen=True):
     offset: int  # must equal the offset in the file name
     producers: list[SnapshotProducer]
 
 
+SnapshotV1 = Snapshot  # the name before version 2; a version-1 body decodes into it unchanged
+
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER_V1 = msgspec.msgpack.Decoder(SnapshotV1)
+_DECODER = msgspec.msgpack.Decoder(Snapshot)
 
 
 # --- names -----------------------------------------------------------------------------------
@@ -127,12 +137,24 @@ def remove_stray_tmp_files(directory: Path) -> None:
 # --- bytes -----------------------------------------------------------------------------------
 
 
-def encode_snapshot(snapshot: SnapshotV1) -> bytes:
-    body = _ENCODER.encode(snapshot)
-    return _HEADER.pack(MAGIC, CURRENT_VERSION, crc32c.crc32c(body)) + body
+def encode_snapshot(snapshot: Snapshot, version: int = CURRENT_VERSION) -> bytes:
+    """The file bytes; ``version=1`` (tests: what an older broker wrote) leaves out the
+    transaction fields."""
+    if version == 1:
+        body = _ENCODER.encode(
+            {
+                "offset": snapshot.offset,
+                "producers": [
+                    [p.producer_id, p.producer_epoch, p.last_timestamp_ms, p.batches] for p in snapshot.producers
+                ],
+            }
+        )
+    else:
+        body = _ENCODER.encode(snapshot)
+    return _HEADER.pack(MAGIC, version, crc32c.crc32c(body)) + body
 
 
-def decode_snapshot(data: bytes, *, source: str = "snapshot") -> SnapshotV1:
+def decode_snapshot(data: bytes, *, source: str = "snapshot") -> Snapshot:
     """Parse snapshot bytes; raises UnknownSnapshotVersionError or CorruptSnapshotError."""
     if len(data) < HEADER_SIZE:
         raise CorruptSnapshotError(f"{source}: {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
@@ -150,7 +172,7 @@ def decode_snapshot(data: bytes, *, source: str = "snapshot") -> SnapshotV1:
     if computed != crc:
         raise CorruptSnapshotError(f"{source}: CRC mismatch (stored {crc:#010x}, computed {computed:#010x})")
     try:
-        return _DECODER_V1.decode(body)
+        return _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise CorruptSnapshotError(f"{source}: undecodable body: {e}") from e
 
@@ -158,7 +180,7 @@ def decode_snapshot(data: bytes, *, source: str = "snapshot") -> SnapshotV1:
 # --- files -----------------------------------------------------------------------------------
 
 
-def write_snapshot(directory: Path, snapshot: SnapshotV1) -> Path:
+def write_snapshot(directory: Path, snapshot: Snapshot) -> Path:
     """Atomically write ``snapshot`` as ``directory/{offset:020d}.snapshot``; returns the path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / format_snapshot_name(snapshot.offset)
@@ -166,7 +188,7 @@ def write_snapshot(directory: Path, snapshot: SnapshotV1) -> Path:
     return path
 
 
-def read_snapshot(path: Path) -> SnapshotV1:
+def read_snapshot(path: Path) -> Snapshot:
     """Read and verify one snapshot file; the offset inside must match the file name."""
     expected = parse_snapshot_name(path.name)
     if expected is None:

@@ -48,10 +48,32 @@ Rules (Apache Kafka 3.x/4.x: `ProducerAppendInfo.checkProducerEpoch` / `checkSeq
     the epoch check only (TV0/1: lower epoch -> INVALID_PRODUCER_EPOCH); applying one adopts
     its epoch (clearing batches if it changed) and its timestamp but adds no batch metadata.
 
-Not implemented (transactions are a later milestone): ongoing-transaction tracking
-(currentTxnFirstOffset, coordinator epoch, "never expire a producer with an open
-transaction"), TV2 marker rules, and the transaction-verification rule "no state and
-sequence != 0 -> OUT_OF_ORDER" which Kafka applies only to verified TV2 transactional appends.
+Transactions (`ProducerAppendInfo.appendDataBatch` / `appendEndTxnMarker`,
+`ProducerStateManager.firstUnstableOffset` / `lastStableOffset` / `onHighWatermarkUpdated`):
+
+12. A transactional data batch (attributes 0x10) opens the producer's transaction at its
+    first offset when none is open (``current_txn_first_offset``), and continues it
+    otherwise. A non-transactional batch while the producer's transaction is open ->
+    INVALID_TXN_STATE.
+13. A transaction marker (a control batch with a producer id, `EndTxn`) is checked by
+    `check_marker`: producer epoch lower than the state's -> INVALID_PRODUCER_EPOCH,
+    coordinator epoch lower than the last one seen for the producer ->
+    TRANSACTION_COORDINATOR_FENCED. Applying it closes the open transaction (a marker of a
+    producer with none open completes nothing, as in Kafka) and records the coordinator
+    epoch; the closed transaction (`CompletedTxn`, with the last stable offset right after
+    it, for the aborted-transaction index) stays "unreplicated" until the high watermark
+    passes its marker (`on_high_watermark`).
+14. ``first_unstable_offset``: the first offset of the oldest open transaction or of a
+    completed one whose marker is not yet below the high watermark; the partition's last
+    stable offset is min(that, high watermark). Open transactions are kept in first-offset
+    order (a dict in append order), so this is O(1) plus the few unreplicated ones.
+15. A producer with an open transaction never expires (Kafka's `isProducerExpired`).
+16. Snapshots (version 2) keep each producer's coordinator epoch and open transaction's first
+    offset; a version-1 snapshot reads as "none open" (it was written before transactions).
+
+Not implemented (the coordinator milestone): TV2 marker rules (WriteTxnMarkers v2) and the
+transaction-verification rule "no state and sequence != 0 -> OUT_OF_ORDER" which Kafka applies
+only to verified TV2 transactional appends.
 
 Serialization contract for callers (one partition = one sequential actor):
 - ``check`` never mutates. For every batch, in partition order, the caller runs
@@ -89,6 +111,8 @@ log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
+NO_OFFSET = -1
+NO_COORDINATOR_EPOCH = -1
 NO_TIMESTAMP = -1
 INT32_MAX = (1 << 31) - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
@@ -114,6 +138,28 @@ class DuplicateBatch:
     timestamp_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class EndTxn:
+    """A transaction marker's content: how the transaction ended, and the coordinator epoch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction closed by a marker (Kafka's CompletedTxn): its first offset, the marker's
+    offset (`last_offset`), and the last stable offset right after it (Kafka's
+    `lastStableOffset(completedTxn)`: the first offset of the next open transaction of
+    another producer, else `last_offset + 1`), which the aborted-transaction index keeps."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+    last_stable_offset: int
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     """State of one producer id on this partition."""
@@ -122,6 +168,8 @@ class ProducerEntry:
     producer_epoch: int = NO_PRODUCER_EPOCH
     last_timestamp_ms: int = NO_TIMESTAMP
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    current_txn_first_offset: int = NO_OFFSET  # first offset of the open transaction, -1: none
 
     @property
     def last_seq(self) -> int:
@@ -153,6 +201,11 @@ class ProducerStateManager:
         self._expiration_ms = expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
         self._map_end_offset = 0
+        # Open transactions, producer id -> first offset, in first-offset order (appends come
+        # in offset order; a snapshot load inserts them sorted).
+        self._ongoing: dict[int, int] = {}
+        # Completed transactions whose marker is not yet below the high watermark.
+        self._unreplicated: list[CompletedTxn] = []
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -171,6 +224,29 @@ class ProducerStateManager:
     def active_producers(self) -> Mapping[int, ProducerEntry]:
         """Read-only view of the state (do not mutate the entries)."""
         return MappingProxyType(self._producers)
+
+    def ongoing_transactions(self) -> Mapping[int, int]:
+        """Open transactions: producer id -> first offset, oldest first (read-only)."""
+        return MappingProxyType(self._ongoing)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not yet decided and replicated (rule 14),
+        None when there is none: the last stable offset is then the high watermark."""
+        first = next(iter(self._ongoing.values()), None)
+        for txn in self._unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """min(first unstable offset, high watermark): what read_committed consumers may read."""
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is now below the high watermark."""
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
 
     # --- validation ---------------------------------------------------------------------------
 
@@ -196,40 +272,56 @@ class ProducerStateManager:
         if epoch != entry.producer_epoch:
             if header.base_sequence != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
                 return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-            return None
-        if entry.producer_epoch == NO_PRODUCER_EPOCH:
-            return None
-        if not in_sequence(entry.last_seq, header.base_sequence):
+        elif entry.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(entry.last_seq, header.base_sequence):
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        if entry.current_txn_first_offset != NO_OFFSET and not header.is_transactional:
+            return ErrorCode.INVALID_TXN_STATE  # rule 12: a plain write inside an open transaction
+        return None
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ErrorCode | None:
+        """Validate a transaction marker before it is appended (rule 13); never mutates."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return None
+        if producer_epoch < entry.producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if coordinator_epoch < entry.coordinator_epoch:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED
         return None
 
     # --- updates ------------------------------------------------------------------------------
 
-    def on_append(self, header: BatchHeader, base_offset: int, timestamp_ms: int | None = None) -> None:
-        """Record a batch that `check` accepted and that now has offsets.
+    def on_append(
+        self, header: BatchHeader, base_offset: int, timestamp_ms: int | None = None, end_txn: EndTxn | None = None
+    ) -> CompletedTxn | None:
+        """Record a batch that `check` (or `check_marker`) accepted and that now has offsets.
 
         ``timestamp_ms`` is the batch's max timestamp as written to the log (after any
         LogAppendTime stamping); it defaults to ``header.max_timestamp``. Passing what the log
-        holds keeps `replay` after a restart identical to never restarting.
+        holds keeps `replay` after a restart identical to never restarting. ``end_txn`` is the
+        content of a transaction marker (a control batch with a producer id); the transaction
+        it closes, if any, is returned.
         """
-        self._apply(header, base_offset, header.max_timestamp if timestamp_ms is None else timestamp_ms)
+        return self._apply(header, base_offset, header.max_timestamp if timestamp_ms is None else timestamp_ms, end_txn)
 
-    def replay(self, header: BatchHeader, base_offset: int) -> None:
+    def replay(self, header: BatchHeader, base_offset: int, end_txn: EndTxn | None = None) -> CompletedTxn | None:
         """Apply a log entry without validation (rebuilding after `load_latest_snapshot`).
 
         Entries below `map_end_offset` are already in the state and are skipped, so replaying
         from anywhere at or before the snapshot offset is safe.
         """
         if base_offset + header.last_offset_delta < self._map_end_offset:
-            return
-        self._apply(header, base_offset, header.max_timestamp)
+            return None
+        return self._apply(header, base_offset, header.max_timestamp, end_txn)
 
-    def _apply(self, header: BatchHeader, base_offset: int, timestamp_ms: int) -> None:
+    def _apply(
+        self, header: BatchHeader, base_offset: int, timestamp_ms: int, end_txn: EndTxn | None
+    ) -> CompletedTxn | None:
         last_offset = base_offset + header.last_offset_delta
         if last_offset + 1 > self._map_end_offset:
             self._map_end_offset = last_offset + 1
         if not header.has_producer_id:
-            return
+            return None
         entry = self._producers.get(header.producer_id)
         if entry is None:
             entry = self._producers[header.producer_id] = ProducerEntry(header.producer_id)
@@ -238,7 +330,10 @@ class ProducerStateManager:
             entry.producer_epoch = header.producer_epoch
         entry.last_timestamp_ms = timestamp_ms
         if header.is_control:
-            return
+            return self._end_txn(entry, base_offset, end_txn) if end_txn is not None else None
+        if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
+            entry.current_txn_first_offset = base_offset
+            self._ongoing[entry.producer_id] = base_offset
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -248,10 +343,31 @@ class ProducerStateManager:
                 timestamp_ms,
             )
         )
+        return None
+
+    def _end_txn(self, entry: ProducerEntry, marker_offset: int, end_txn: EndTxn) -> CompletedTxn | None:
+        first = entry.current_txn_first_offset
+        entry.coordinator_epoch = end_txn.coordinator_epoch
+        if first == NO_OFFSET:
+            return None  # an empty transaction: nothing to complete (Kafka emits no CompletedTxn)
+        following = next((o for pid, o in self._ongoing.items() if pid != entry.producer_id), None)
+        completed = CompletedTxn(
+            entry.producer_id,
+            first,
+            marker_offset,
+            not end_txn.commit,
+            marker_offset + 1 if following is None else following,
+        )
+        entry.current_txn_first_offset = NO_OFFSET
+        self._ongoing.pop(entry.producer_id, None)
+        self._unreplicated.append(completed)
+        return completed
 
     # --- expiry -------------------------------------------------------------------------------
 
     def is_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
+        if entry.current_txn_first_offset != NO_OFFSET:
+            return False  # rule 15: never expire a producer with an open transaction
         return now_ms - entry.last_timestamp_ms >= self._expiration_ms
 
     def expire(self, now_ms: int | None = None) -> int:
@@ -285,27 +401,34 @@ class ProducerStateManager:
                     snap.SnapshotBatch(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
                     for b in entry.batches
                 ],
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
             )
             for entry in self._producers.values()
         ]
-        return snap.write_snapshot(directory, snap.SnapshotV1(offset=offset, producers=producers))
+        return snap.write_snapshot(directory, snap.Snapshot(offset=offset, producers=producers))
 
-    def load_latest_snapshot(self, directory: Path, max_offset: int) -> int:
+    def load_latest_snapshot(self, directory: Path, max_offset: int, keep_newer: bool = False) -> int:
         """Replace the state with the newest snapshot at or below ``max_offset``.
 
         Snapshots above ``max_offset`` are deleted (they are ahead of a truncated log). A
         corrupt snapshot is deleted and the next older one tried, as Kafka does: the log replay
         rebuilds what it held. A snapshot of an unknown format version raises
         UnknownSnapshotVersionError and is left in place. Returns the loaded snapshot's
-        offset, 0 when none; the caller then replays log entries from there.
+        offset, 0 when none; the caller then replays log entries from there. With
+        ``keep_newer`` the snapshots above ``max_offset`` are kept (a rebuild of an index from
+        further back, the log itself not truncated).
         """
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
         self._map_end_offset = 0
         snap.remove_stray_tmp_files(directory)
         now = self._clock.now_ms()
         for offset, path in reversed(snap.list_snapshots(directory)):
             if offset > max_offset:
-                path.unlink(missing_ok=True)
+                if not keep_newer:
+                    path.unlink(missing_ok=True)
                 continue
             try:
                 loaded = snap.read_snapshot(path)
@@ -319,8 +442,16 @@ class ProducerStateManager:
                     BatchMetadata(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
                     for b in p.batches
                 )
+                entry.coordinator_epoch = p.coordinator_epoch
+                entry.current_txn_first_offset = p.current_txn_first_offset
                 if not self.is_expired(entry, now):
                     self._producers[p.producer_id] = entry
+            ongoing = sorted(
+                (e.current_txn_first_offset, pid)
+                for pid, e in self._producers.items()
+                if e.current_txn_first_offset != NO_OFFSET
+            )
+            self._ongoing = {pid: first for first, pid in ongoing}
             self._map_end_offset = offset
             return offset
         return 0

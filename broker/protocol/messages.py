@@ -68,6 +68,8 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 from .api_keys import ApiKey
@@ -101,6 +103,7 @@ _PAIRS = (
     (DescribeGroupsRequest, DescribeGroupsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
+    (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
 )
 REQUEST_CLASSES: dict[int, Any] = {req.API_KEY: req for req, _ in _PAIRS}
 RESPONSE_CLASSES: dict[int, Any] = {req.API_KEY: resp for req, resp in _PAIRS}

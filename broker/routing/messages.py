@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 ROUTING_VERSION = 1
+READ_COMMITTED = 1  # ReadPartition.isolation_level
 
 
 class ReadPartition(msgspec.Struct, array_like=True, frozen=True):
@@ -18,6 +19,9 @@ class ReadPartition(msgspec.Struct, array_like=True, frozen=True):
     partition: int
     fetch_offset: int
     max_bytes: int
+    # 1: read_committed: entries up to the replica's last stable offset, and the aborted
+    # transactions of the range. Trailing with a default: older peers send and skip it.
+    isolation_level: int = 0
 
 
 class ReplicaReadRequest(msgspec.Struct, tag="replica_read", array_like=True, frozen=True):
@@ -39,6 +43,11 @@ class ReadResult(msgspec.Struct, array_like=True, frozen=True):
     # The offset lies in a tiered segment: its description (remote_segments.py RemoteSegment,
     # msgpack), and the asking broker reads the segment from the object store itself.
     tiered: bytes = b""
+    # The replica's last stable offset (-1 from a replica that predates transactions), and
+    # for read_committed the aborted transactions overlapping the entries: [producer id,
+    # first offset, last offset].
+    last_stable_offset: int = -1
+    aborted: list[tuple[int, int, int]] = []
 
 
 class ReplicaReadResponse(msgspec.Struct, tag="replica_read_response", array_like=True, frozen=True):

@@ -20,7 +20,14 @@ from ..log.remote_segments import encode_segment
 from ..protocol.errors import ApiError, ErrorCode
 from ..reads.replica_policy import holds, is_authoritative
 from ..reads.resolver import SERVED_KINDS
-from .messages import ROUTING_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
+from .messages import (
+    READ_COMMITTED,
+    ROUTING_VERSION,
+    ReadPartition,
+    ReadResult,
+    ReplicaReadRequest,
+    ReplicaReadResponse,
+)
 
 if TYPE_CHECKING:
     from ..replica_manager import ReplicaManager
@@ -79,7 +86,15 @@ class ReplicaReadService:
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"offset {wanted.fetch_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
                 )
-            entries = log.read(wanted.fetch_offset, wanted.max_bytes, hw) if wanted.fetch_offset < hw else []
+            stable = partition.last_stable_offset
+            upper = stable if wanted.isolation_level == READ_COMMITTED else hw
+            entries = log.read(wanted.fetch_offset, wanted.max_bytes, upper) if wanted.fetch_offset < upper else []
+            aborted = []
+            if wanted.isolation_level == READ_COMMITTED and entries:
+                aborted = [
+                    (t.producer_id, t.first_offset, t.last_offset)
+                    for t in partition.aborted_transactions(wanted.fetch_offset, entries[-1].last_offset + 1)
+                ]
             return ReadResult(
                 wanted.topic_id,
                 wanted.partition,
@@ -87,6 +102,8 @@ class ReplicaReadService:
                 hw,
                 partition.log_start_offset,
                 [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS],  # type: ignore[misc]  # msgspec sends a memoryview as bytes
+                last_stable_offset=stable,
+                aborted=aborted,
             )
         except ApiError as exc:
             return ReadResult(

@@ -24,13 +24,22 @@ if TYPE_CHECKING:
     from .site import RoutingSite
 
 RPC_MARGIN_S = 5.0
-Wanted = tuple[str, int, str, int, int]  # topic name, partition, topic id, fetch offset, max bytes
+# topic name, partition, topic id, fetch offset, max bytes, isolation level (1: read_committed)
+Wanted = tuple[str, int, str, int, int, int]
 
 
 class RemoteRead:
     """One partition's answer, shaped like what a local log read gives the fetch handler."""
 
-    __slots__ = ("error_code", "high_watermark", "log_start_offset", "entries", "tiered")
+    __slots__ = (
+        "error_code",
+        "high_watermark",
+        "log_start_offset",
+        "entries",
+        "tiered",
+        "last_stable_offset",
+        "aborted",
+    )
 
     def __init__(self, result: ReadResult) -> None:
         self.error_code = result.error_code
@@ -40,6 +49,8 @@ class RemoteRead:
             LogEntry(EntryKind(kind), parse_header(data), memoryview(data)) for kind, data in result.entries
         ]
         self.tiered: RemoteSegment | None = decode_segment(result.tiered) if result.tiered else None
+        self.last_stable_offset = result.last_stable_offset  # -1: a replica that predates transactions
+        self.aborted = result.aborted  # [producer id, first offset, last offset], for read_committed
 
 
 async def read_remote(
@@ -80,7 +91,7 @@ async def _ask_sources(
         request = ReplicaReadRequest(
             ROUTING_VERSION,
             max_wait_ms,
-            [ReadPartition(tid, index, offset, limit) for _n, index, tid, offset, limit in items],
+            [ReadPartition(tid, index, offset, limit, isolation) for _n, index, tid, offset, limit, isolation in items],
         )
         try:
             registration = broker.view.brokers.get(source)
@@ -91,7 +102,7 @@ async def _ask_sources(
             results = response.partitions
         except RpcError:
             results = [
-                ReadResult(tid, index, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1) for _n, index, tid, _o, _l in items
+                ReadResult(tid, index, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1) for _n, index, tid, *_rest in items
             ]
         for (name, index, *_rest), result in zip(items, results):
             answers[(name, index)] = RemoteRead(result)

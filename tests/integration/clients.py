@@ -520,19 +520,23 @@ def build_batch(
     timestamp_ms: int | None = None,
     timestamps: list[int] | None = None,
     compression: int = 0,
+    transactional: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
 ) -> bytes:
     """A magic-2 batch with base offset 0 (the broker assigns offsets); one timestamp
-    for all records, or one per record."""
+    for all records, or one per record; idempotent or transactional with a producer id."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
         batch_size=1 << 30,
     )
     for i, (key, value) in enumerate(records):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.producers import DuplicateBatch, ProducerStateManager
+from broker.producers import DuplicateBatch, EndTxn, ProducerStateManager
 from broker.protocol.batch import BatchHeader
 from broker.protocol.errors import ErrorCode
 
@@ -37,12 +37,16 @@ class Log:
         self.next_offset = 0
         self.entries: list[tuple[BatchHeader, int]] = []
 
-    def produce(self, h: BatchHeader) -> ErrorCode | DuplicateBatch | int:
-        verdict = self.mgr.check(h)
+    def produce(self, h: BatchHeader, end_txn: EndTxn | None = None) -> ErrorCode | DuplicateBatch | int:
+        """`end_txn`: `h` is a transaction marker with this content (checked by check_marker)."""
+        if end_txn is None:
+            verdict = self.mgr.check(h)
+        else:
+            verdict = self.mgr.check_marker(h.producer_id, h.producer_epoch, end_txn.coordinator_epoch)
         if verdict is not None:
             return verdict
         base = self.next_offset
         self.next_offset += h.last_offset_delta + 1
         self.entries.append((h, base))
-        self.mgr.on_append(h, base)
+        self.mgr.on_append(h, base, end_txn=end_txn)
         return base

@@ -163,8 +163,8 @@ def batch_errors(batch: bytes, overrides: dict[str, str]) -> set[E]:
         wrong.add(E.UNSUPPORTED_COMPRESSION_TYPE)
     if attributes & 0x20:
         wrong.add(E.INVALID_RECORD)
-    if attributes & 0x10:
-        wrong.add(E.INVALID_TXN_STATE)
+    if attributes & 0x10 and struct.unpack_from(">q", batch, 43)[0] < 0:
+        wrong.add(E.INVALID_RECORD)  # a transactional batch needs a producer id
     earliest = NOW - int(overrides["message.timestamp.before.max.ms"])
     latest = NOW + int(overrides["message.timestamp.after.max.ms"])
     if any(ts >= 0 and not earliest <= ts <= latest for ts in (base_ts, max_ts)):
@@ -192,7 +192,7 @@ LIMITS = {
     [
         ({"attributes": 0x05}, True, {}, E.UNSUPPORTED_COMPRESSION_TYPE),
         ({"attributes": 0x20}, True, {}, E.INVALID_RECORD),  # control batch
-        ({"attributes": 0x10}, True, {}, E.INVALID_TXN_STATE),  # transactional batch
+        ({"attributes": 0x10, "producer_id": -1}, True, {}, E.INVALID_RECORD),  # transactional, no producer
         ({"records_count": 0, "last_offset_delta": -1}, True, {}, E.INVALID_RECORD),
         ({"last_offset_delta": 5}, True, {}, E.INVALID_RECORD),
         ({"base_timestamp": NOW - 10_001}, True, {}, E.INVALID_TIMESTAMP),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.clock import ManualClock
-from broker.producers import DuplicateBatch, ProducerStateManager
+from broker.producers import DuplicateBatch, EndTxn, ProducerStateManager
 from broker.producers.state import INT32_MAX, in_sequence
 from broker.protocol.batch import CONTROL_FLAG, NO_PRODUCER_ID, NO_SEQUENCE, TRANSACTIONAL_FLAG
 from broker.protocol.errors import ErrorCode
@@ -152,7 +152,7 @@ def test_several_batches_in_one_request_checked_in_order(log: Log) -> None:
 def test_empty_state_with_known_epoch_expects_zero(log: Log) -> None:
     # a control batch adopts a new epoch and clears retained batches
     log.produce(hdr(epoch=0, seq=0, count=3, attributes=TRANSACTIONAL_FLAG))
-    log.produce(hdr(epoch=1, seq=NO_SEQUENCE, attributes=CONTROL_FLAG | TRANSACTIONAL_FLAG))
+    log.produce(hdr(epoch=1, seq=NO_SEQUENCE, attributes=CONTROL_FLAG | TRANSACTIONAL_FLAG), EndTxn(False, 0))
     entry = log.mgr.entry(1000)
     assert entry.producer_epoch == 1 and not entry.batches
     assert log.produce(hdr(epoch=1, seq=3)) == OOO

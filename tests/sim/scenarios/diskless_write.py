@@ -15,6 +15,16 @@ The auditor (DESIGN invariants 1-3 on one broker) checks, per partition:
 - every acknowledged batch is in the log exactly once, at the offset it was answered with;
 - acknowledged batches are in the order of their submits;
 - the bytes at each entry's coordinates in the object store are the producer's batch.
+
+Transactions (about half the seeds, from their own random stream so the other seeds run as
+before): the first producer is transactional. Its batches carry the transactional flag, and
+after a request is resolved it ends its open transaction on the partitions it wrote since
+the last marker, at random with COMMIT or ABORT (Partition.append_txn_marker, as
+WriteTxnMarkers does), and all of them when it stops. The auditor then also checks that
+the last stable offset is the high watermark (nothing is left open), that the markers are
+inline RECORDS control batches, and that a read_committed consumer (Kafka's consumer rules
+over the entries below the LSO and the partition's aborted-transaction list) sees exactly the
+non-transactional batches and those of committed transactions.
 """
 
 from __future__ import annotations
@@ -30,15 +40,18 @@ from broker.config import load_config
 from broker.diskless.cache import ObjectCache
 from broker.diskless.commit import CommitResult, LocalCommitter
 from broker.log.coordinates import decode_ref
+from broker.log.txn_markers import decode_txn_marker, is_txn_marker
 from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition, prepare_diskless
+from broker.protocol.batch import parse_header
 from broker.protocol.errors import RETRIABLE
 from broker.topic_config import TopicSettings, effective
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
+from ..determinism import SimRandom
 from ..objectstore import ObjectStoreFaults, build_object_store
 from ..registry import scenario
 from ..loop import DEFAULT_EPOCH_MS
@@ -68,6 +81,7 @@ class Batch:
     data: bytes
     acked: tuple[int, int] | None = None  # (submit index, base offset) of the attempt that succeeded
     attempts: list[tuple[int, int]] = field(default_factory=list)  # (submit index, error code)
+    committed: bool | None = None  # transactional: how the transaction holding it ended
 
 
 class Catalog:
@@ -88,14 +102,18 @@ _batches: dict[tuple[int, int, int], bytes] = {}
 _settings: list[TopicSettings] = []
 
 
-def make_batch(producer_id: int, base_sequence: int, count: int) -> bytes:
+_txn_batches: dict[tuple[int, int, int], bytes] = {}
+
+
+def make_batch(producer_id: int, base_sequence: int, count: int, transactional: bool = False) -> bytes:
     """A Kafka v2 batch; built once per process (kafka-python's builder is a fifth of a
     seed's CPU time otherwise). Timestamps are the sim epoch: the topic accepts any past
     timestamp (message.timestamp.before.max.ms is unbounded by default)."""
     key = (producer_id, base_sequence, count)
-    cached = _batches.get(key)
+    cache = _txn_batches if transactional else _batches
+    cached = cache.get(key)
     if cached is None:
-        cached = _batches[key] = _build_batch(producer_id, base_sequence, count, DEFAULT_EPOCH_MS)
+        cached = cache[key] = _build_batch(producer_id, base_sequence, count, DEFAULT_EPOCH_MS, transactional)
     return cached
 
 
@@ -106,11 +124,13 @@ def topic_settings() -> TopicSettings:
     return _settings[0]
 
 
-def _build_batch(producer_id: int, base_sequence: int, count: int, timestamp_ms: int) -> bytes:
+def _build_batch(
+    producer_id: int, base_sequence: int, count: int, timestamp_ms: int, transactional: bool = False
+) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
-        is_transactional=False,
+        is_transactional=transactional,
         producer_id=producer_id,
         producer_epoch=0,
         base_sequence=base_sequence,
@@ -180,11 +200,46 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
 
     batches: list[Batch] = []
     submits = itertools.count()
+    txn_rng = sim.fork("transactions")  # its own stream: seeds without transactions run as before
+    txn_producer = 1000 if txn_rng.random() < 0.5 else -1
+    if txn_producer >= 0:
+        sim.trace.record("scenario", "producer %d is transactional", txn_producer)
+
+    def end_transactions(producer_id: int, open_txn: dict[int, list[Batch]], everything: bool) -> None:
+        """End the producer's transaction on some (or every) partition it wrote to since its
+        last marker there: COMMIT or ABORT at random, as a coordinator's WriteTxnMarkers."""
+        for index in sorted(open_txn):
+            if not everything and txn_rng.random() < 0.5:
+                continue
+            commit = txn_rng.random() < 0.5
+            offset = partitions[index].append_txn_marker(producer_id, 0, 0, commit) - 1
+            sim.trace.record(
+                "producer", "p%d %s partition %d at %d", producer_id, "commits" if commit else "aborts", index, offset
+            )
+            for batch in open_txn.pop(index):
+                batch.committed = commit
 
     async def produce(producer_id: int, requests: int, prng_name: str) -> None:
         prng = sim.fork(prng_name)
         next_sequence = {index: 0 for index in partitions}
         abandoned: set[int] = set()
+        transactional = producer_id == txn_producer
+        open_txn: dict[int, list[Batch]] = {}
+        try:
+            await _produce(producer_id, requests, prng, next_sequence, abandoned, transactional, open_txn)
+        finally:
+            if transactional:
+                end_transactions(producer_id, open_txn, everything=True)
+
+    async def _produce(
+        producer_id: int,
+        requests: int,
+        prng: SimRandom,
+        next_sequence: dict[int, int],
+        abandoned: set[int],
+        transactional: bool,
+        open_txn: dict[int, list[Batch]],
+    ) -> None:
         for _ in range(requests):
             await asyncio.sleep(prng.expovariate(1 / 0.02))
             usable = [p for p in partitions if p not in abandoned]
@@ -199,11 +254,13 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
                     index,
                     next_sequence[index],
                     count,
-                    make_batch(producer_id, next_sequence[index], count),
+                    make_batch(producer_id, next_sequence[index], count, transactional),
                 )
                 next_sequence[index] += count
                 batches.append(batch)
                 pending.append(batch)
+                if transactional:
+                    open_txn.setdefault(index, []).append(batch)
             for _attempt in range(MAX_ATTEMPTS):
                 index_of_submit = next(submits)
                 appends = [
@@ -254,6 +311,8 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
                     batch.base_sequence,
                 )
                 abandoned.add(batch.partition)
+            if transactional:
+                end_transactions(producer_id, open_txn, everything=False)
 
     producers = rng.randint(1, 3)
     try:
@@ -280,12 +339,15 @@ async def audit(sim: Sim, partitions: dict[int, Partition], batches: list[Batch]
         expected_offset = 0
         seen: dict[tuple[int, int], int] = {}
         for entry in entries:
-            assert entry.kind == EntryKind.COORDINATES, f"partition {index}: entry kind {entry.kind}"
             header = entry.header
             assert entry.base_offset == expected_offset, (
                 f"partition {index}: offsets not dense: expected {expected_offset}, found {entry.base_offset}"
             )
             expected_offset = entry.last_offset + 1
+            if is_txn_marker(header):
+                assert entry.kind == EntryKind.RECORDS, f"partition {index}: marker at {entry.base_offset} not inline"
+                continue
+            assert entry.kind == EntryKind.COORDINATES, f"partition {index}: entry kind {entry.kind}"
             key = (header.producer_id, header.base_sequence)
             assert key not in seen, (
                 f"partition {index}: producer {key[0]} seq {key[1]} at offsets {seen[key]} and {entry.base_offset}"
@@ -313,5 +375,51 @@ async def audit(sim: Sim, partitions: dict[int, Partition], batches: list[Batch]
                 f"partition {index}: acknowledged batch {key} (submit #{submit}) at {offset} is before an earlier submit's"
             )
             last_offset = offset
+        _audit_read_committed(index, partition, entries, sent, seen)
     sim.trace.record("audit", "ok: %d batch(es) sent, %d acknowledged", len(batches), acked_total)
     return {"batches": len(batches), "acked": acked_total}
+
+
+def _audit_read_committed(
+    index: int,
+    partition: Partition,
+    entries: list,
+    sent: dict[tuple[int, int, int], Batch],
+    seen: dict[tuple[int, int], int],
+) -> None:
+    """Every transaction ended: the LSO is the high watermark. A read_committed consumer
+    (Kafka's rules: a transactional batch of a producer between an aborted transaction's
+    first offset and its ABORT marker is skipped, control batches are never shown) sees
+    exactly the non-transactional batches and those of committed transactions."""
+    log = partition.log
+    assert partition.last_stable_offset == log.high_watermark, (
+        f"partition {index}: last stable offset {partition.last_stable_offset} with every transaction ended "
+        f"(high watermark {log.high_watermark}, open {dict(partition.producers.ongoing_transactions())})"
+    )
+    pending_aborts = sorted(
+        (t.first_offset, t.producer_id) for t in partition.aborted_transactions(0, log.high_watermark)
+    )
+    aborting: set[int] = set()
+    visible: set[tuple[int, int]] = set()
+    for entry in entries:
+        header = entry.header
+        while pending_aborts and pending_aborts[0][0] <= entry.base_offset:
+            aborting.add(pending_aborts.pop(0)[1])
+        if is_txn_marker(header):
+            if not decode_txn_marker(entry.data).commit:
+                aborting.discard(header.producer_id)
+            continue
+        if header.is_transactional and header.producer_id in aborting:
+            continue
+        visible.add((header.producer_id, header.base_sequence))
+    for key in seen:
+        batch = sent[(index, *key)]
+        if parse_header(batch.data).is_transactional:
+            assert batch.committed is not None, (
+                f"partition {index}: transactional batch {key} at {seen[key]} was never ended"
+            )
+    expected = {key for key in seen if sent[(index, *key)].committed is not False}
+    assert visible == expected, (
+        f"partition {index}: read_committed sees {sorted(visible - expected)} it must not, "
+        f"misses {sorted(expected - visible)}"
+    )
