@@ -13,7 +13,7 @@ import base64
 import functools
 import logging
 import uuid
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from . import __version__
 from .clock import Clock
@@ -30,7 +30,7 @@ from .diskless.reader import WalReader
 from .diskless.wal_writer import WalWriter
 from .dispatch import answer_forwarded, dispatch
 from .groups.coordinator import GroupCoordinator
-from .handlers import load_all
+from .handlers import load_all, write_txn_markers
 from .environment import Environment
 from .metadata import KeyValue, MetadataError, MetadataStore, MetadataUnavailable, RevisionConflict
 from .metadata import records
@@ -39,8 +39,12 @@ from .objectstore import ObjectStore
 from .objectstore.probe import store_problem
 from .partition_ids import TopicIdPartition, TopicPartition
 from .producer_ids import ProducerIdAllocator
+from .protocol.api_keys import ApiKey
+from .protocol.header import RequestHeader
+from .transactions.coordinator import WRITE_TXN_MARKERS_VERSION, TransactionCoordinator
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
+from .routing.forwarding import forward
 from .routing.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
@@ -180,6 +184,16 @@ class Broker:
             env.new_uuid,
         )
         self.metrics.group_state.source = self.groups.metric_rows
+        self.transactions = TransactionCoordinator(
+            config,
+            self.catalog,
+            self.view,
+            self.replica_manager,
+            self.clock,
+            self.producer_ids,
+            self.assign_replicas,
+            self._send_txn_markers,
+        )
         self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(
             config.cache_max_bytes,
@@ -268,6 +282,7 @@ class Broker:
         self.isr.start()
         self.mode_switcher.start()
         await self.groups.start()
+        await self.transactions.start()
         if self.config.wal_file_manager_enable:
             self.wal_files.start()
         if self.config.tiering_enable and not self.config.stateless:
@@ -421,6 +436,7 @@ class Broker:
         self.waiters.notify_all()
         await self.wal_files.stop()
         await self.offload.stop()
+        await self.transactions.stop()
         await self.groups.stop()
         await self.server.stop()
         log.info("broker %d: Kafka listener closed", self.node_id)
@@ -479,6 +495,16 @@ class Broker:
             __version__,
             self.incarnation,
         )
+
+    async def _send_txn_markers(self, node: int, request: Any) -> Any:
+        """WriteTxnMarkers from the transaction coordinator to a partition leader: answered
+        here when this broker leads, else forwarded over the inter-broker RPC."""
+        header = RequestHeader(
+            ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, 0, "shoal-txn-coordinator", forwarded=True
+        )
+        if node == self.node_id:
+            return await write_txn_markers.handle(self, header, request)
+        return await forward(self, node, header, request)
 
     def assign_replicas(self, partitions: range | list[int], replication_factor: int) -> dict[int, list[int]]:
         """Rack-aware replicas for new partitions over the live brokers that store data."""

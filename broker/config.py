@@ -135,6 +135,13 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     group_min_session_timeout_ms: NonNegative = 6000
     group_max_session_timeout_ms: NonNegative = 1800000
     group_max_size: Positive = 2147483647
+    # Transactions (Kafka names and defaults)
+    transaction_state_log_num_partitions: Positive = 50
+    transaction_state_log_replication_factor: Positive = 3
+    transaction_state_log_min_isr: Positive = 2
+    transaction_state_log_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 104857600
+    transaction_max_timeout_ms: Positive = 900000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Positive = 10000
     # Background work
     log_retention_check_interval_ms: Positive = 300000
     log_flush_scheduler_interval_ms: Positive = 1000

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .offload.service import OffloadService
     from .peer_service import PeerRequest, PeerResponse
     from .producer_ids import ProducerIdAllocator
+    from .transactions.coordinator import TransactionCoordinator
     from .replica_manager import ReplicaManager
     from .routing.cross_az import CrossAzBytes
     from .routing.router import AzRouter
@@ -88,6 +89,8 @@ class HandlerContext(Protocol):
     def groups(self) -> GroupCoordinator: ...
     @property
     def producer_ids(self) -> ProducerIdAllocator: ...
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
 
     # -- the WAL file manager (answers on the controller) -------------------------------------
     @property

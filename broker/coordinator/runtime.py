@@ -30,9 +30,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generic, Iterable, Protocol, TypeVar
 
+from ..protocol.batch import parse_header
 from ..protocol.errors import ApiError, ErrorCode
 from .lifecycle import ShardState, on_leadership, transition
-from .record_batches import Record, build_batch, read_batch
+from .record_batches import Record, build_batch, marker_commits, read_batch
 from .timers import ShardTimers
 
 if TYPE_CHECKING:
@@ -48,6 +49,16 @@ class CoordinatorShard(Protocol):
 
     def replay(self, end_offset: int, records: list[Record]) -> None:
         """Apply one batch read back while loading; `end_offset` is the offset after it."""
+
+    def replay_transactional(self, first_offset: int, end_offset: int, producer_id: int, records: list[Record]) -> None:
+        """A transactional batch of `producer_id` (read back, or just appended): its records
+        take effect when the producer's COMMIT marker comes (`replay_marker`)."""
+
+    def replay_marker(self, end_offset: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker in the partition (read back, or just appended by WriteTxnMarkers)."""
+
+    def compaction_floor(self) -> int | None:
+        """The first offset compaction must keep (records of open transactions), None: any."""
 
     def on_loaded(self) -> None:
         """Every batch is replayed: build what replay collected, arm timers."""
@@ -153,9 +164,17 @@ class CoordinatorRuntime(Generic[S]):
             shard = self._new_shard(index)
             stats = _CompactionStats()
             for entry in partition.log.iter_entries(partition.log.log_start_offset):
+                header = parse_header(entry.data)
+                if header.is_control:
+                    shard.replay_marker(entry.last_offset + 1, header.producer_id, marker_commits(entry.data))
+                    continue
                 batch = list(read_batch(entry.data))
                 stats.count(batch)
-                shard.replay(entry.last_offset + 1, batch)
+                if header.is_transactional:
+                    first = entry.last_offset + 1 - len(batch)  # coordinator batches: one offset per record
+                    shard.replay_transactional(first, entry.last_offset + 1, header.producer_id, batch)
+                else:
+                    shard.replay(entry.last_offset + 1, batch)
             shard.on_replicated(partition.log.high_watermark)
             loaded_to = partition.log.log_end_offset
             shard.on_loaded()
@@ -176,14 +195,21 @@ class CoordinatorRuntime(Generic[S]):
             slot.truncation.cancel()
 
     # -- write path: append, replicate, expose ---------------------------------------------
-    def append(self, index: int, records: list[Record], on_appended: Callable[[int], None]) -> int:
+    def append(
+        self,
+        index: int,
+        records: list[Record],
+        on_appended: Callable[[int], None],
+        producer: tuple[int, int, int] | None = None,
+    ) -> int:
         """Append `records` to partition `index` and return its log end offset after them.
         `on_appended(end_offset)` runs before compaction may re-append the live state, so
-        that state includes these records."""
+        that state includes these records. `producer` (id, epoch, base sequence) makes the
+        batch a transactional one of that producer."""
         slot = self._slots.get(index)
         if slot is None or slot.shard is None:
             raise ApiError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{index} is not loaded here")
-        batch = build_batch(records, self._now_ms())
+        batch = build_batch(records, self._now_ms(), producer)
         end = self._partition(index).append_records(memoryview(batch), acks=1).end_offset
         on_appended(end)
         slot.stats.count(records)
@@ -242,6 +268,9 @@ class CoordinatorRuntime(Generic[S]):
         if slot.truncation is not None:
             slot.truncation.cancel()  # this compaction's start is later and covers it
             slot.truncation = None
+        floor = shard.compaction_floor()
+        if floor is not None and floor < start:
+            start = floor  # open transactions' records stay until their marker
         if partition.log.high_watermark >= end:  # a lone replica: replicated already
             _truncate_before(partition, start)
             return

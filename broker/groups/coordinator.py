@@ -199,6 +199,22 @@ class GroupCoordinator:
         )
         if error != ErrorCode.NONE:
             return [error] * len(offsets)
+        codes, writes = self._offset_writes(group_id, offsets)
+        if writes:
+            changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
+            end = shard.append([(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes], changes)
+            self._metrics.offset_commits.inc(len(writes))
+            failure = await self._runtime.replicated(shard.index, end)
+            if failure is not None:
+                return [failure if c == ErrorCode.NONE else c for c in codes]
+        return codes
+
+    def _offset_writes(
+        self, group_id: str, offsets: list[tuple["Topic | None", str, int, int, int, str | None, int]]
+    ) -> tuple[list[int], list[tuple[OffsetKey, OffsetValue]]]:
+        """One error code per entry (unknown partition, metadata too large, or none) and the
+        records of the valid ones: (topic, name, partition, offset, leader_epoch, metadata,
+        expire_timestamp_ms)."""
         now = self._now()
         codes: list[int] = []
         writes: list[tuple[OffsetKey, OffsetValue]] = []
@@ -214,14 +230,77 @@ class GroupCoordinator:
                 writes.append(
                     (key, OffsetValue(offsets_records.FORMAT_VERSION, offset, epoch, metadata, now, expire_ms))
                 )
-        if writes:
-            changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
-            end = shard.append([(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes], changes)
-            self._metrics.offset_commits.inc(len(writes))
-            failure = await self._runtime.replicated(shard.index, end)
-            if failure is not None:
-                return [failure if c == ErrorCode.NONE else c for c in codes]
+        return codes, writes
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: list[tuple["Topic | None", str, int, int, int, str | None]],
+    ) -> list[int]:
+        """TxnOffsetCommit: offsets (topic or None, name, partition, offset, leader_epoch,
+        metadata) written as a transactional batch of the producer; they become committed
+        only when the transaction's COMMIT marker reaches this partition (`on_txn_marker`).
+        One error code per entry, in order."""
+        shard = self._shard_of(group_id)
+        group = shard.groups.get(group_id)
+        if group is not None:
+            error = await shard.call(
+                group,
+                lambda: group.validate_offset_commit(
+                    self._now(),
+                    member_id=member_id,
+                    group_instance_id=group_instance_id,
+                    generation_id=generation_id,
+                    is_transactional=True,
+                ),
+            )
+            if error != ErrorCode.NONE:
+                return [error] * len(offsets)
+        elif generation_id >= 0:
+            return [ErrorCode.ILLEGAL_GENERATION] * len(offsets)
+        codes, writes = self._offset_writes(group_id, [(*o, -1) for o in offsets])
+        if not writes:
+            return codes
+        changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
+        # The partition checks the producer's epoch and sequence like any producer's batch:
+        # continue the producer's sequence here (0 for a new epoch), as Kafka's coordinator
+        # writes with its own producer state
+        entry = self._partition(shard.index).producers.entry(producer_id)
+        sequence = 0
+        if entry is not None and entry.producer_epoch == producer_epoch and entry.batches:
+            sequence = (entry.last_seq + 1) & 0x7FFFFFFF
+        try:
+            end = shard.append_transactional(
+                (producer_id, producer_epoch, sequence),
+                [(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes],
+                changes,
+            )
+        except ApiError as exc:
+            code = ErrorCode.PRODUCER_FENCED if exc.code == ErrorCode.INVALID_PRODUCER_EPOCH else exc.code
+            return [code if c == ErrorCode.NONE else c for c in codes]
+        failure = await self._runtime.replicated(shard.index, end)
+        if failure is not None:
+            return [failure if c == ErrorCode.NONE else c for c in codes]
         return codes
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """(topic, partition) of the group's transactional offset commits still waiting for
+        their marker (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        shard = self._shard_of(group_id)
+        return {(t, p) for changes in shard.txn_offsets.values() for g, t, p, _ in changes if g == group_id}
+
+    def on_txn_marker(self, index: int, producer_id: int, commit: bool, end_offset: int) -> None:
+        """WriteTxnMarkers appended a marker to __consumer_offsets partition `index` (ending
+        at `end_offset`): the producer's pending transactional offsets take effect or go."""
+        shard = self._runtime.shard(index)
+        if shard is not None:
+            shard.replay_marker(end_offset, producer_id, commit)
 
     def fetch_offsets(
         self, group_id: str, wanted: Iterable[tuple[str, list[int]]] | None

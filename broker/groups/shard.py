@@ -51,6 +51,11 @@ class GroupShard:
         self._waiting: dict[Pending, asyncio.Future[Any]] = {}
         self._last_join_at: dict[str, int] = {}  # monotonic ms of each group's latest JoinGroup
         self._loaded_snapshots: dict[str, bytes | None] = {}  # latest snapshot per group, while loading
+        # TxnOffsetCommit: offsets of open transactions by producer id, applied at the COMMIT
+        # marker, dropped at ABORT (Kafka's pendingTransactionalOffsets), and the first offset
+        # of each producer's transactional records (compaction keeps them until the marker)
+        self.txn_offsets: dict[int, list[OffsetChange]] = {}
+        self._txn_first_offset: dict[int, int] = {}
 
     # -- CoordinatorShard ------------------------------------------------------------------
     def replay(self, end_offset: int, batch: list[Record]) -> None:
@@ -69,6 +74,30 @@ class GroupShard:
             else:
                 self._loaded_snapshots[key.group] = value
         self.offsets.appended(end_offset, changes)
+
+    def replay_transactional(self, first_offset: int, end_offset: int, producer_id: int, batch: list[Record]) -> None:
+        changes = self.txn_offsets.setdefault(producer_id, [])
+        self._txn_first_offset.setdefault(producer_id, first_offset)
+        for raw_key, value in batch:
+            key = offsets_records.decode_key(raw_key)
+            if isinstance(key, OffsetKey) and value is not None:
+                changes.append((key.group, key.topic, key.partition, offsets_records.decode_offset(value)))
+
+    def replay_marker(self, end_offset: int, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended here: its offsets become committed (exposed
+        once the marker is replicated), or are dropped (Kafka's replayEndTransactionMarker)."""
+        changes = self.txn_offsets.pop(producer_id, [])
+        self._txn_first_offset.pop(producer_id, None)
+        if commit and changes:
+            self.offsets.appended(end_offset, changes)
+
+    def compaction_floor(self) -> int | None:
+        return min(self._txn_first_offset.values(), default=None)
+
+    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        return any(
+            (g, t, p) == (group_id, topic, partition) for changes in self.txn_offsets.values() for g, t, p, _ in changes
+        )
 
     def on_loaded(self) -> None:
         """Groups come back Stable (or Empty) with fresh session deadlines."""
@@ -173,6 +202,18 @@ class GroupShard:
         """Append to this shard's partition (`changes`: the offsets these records set or
         delete); returns the log end offset after it."""
         return self._context.runtime.append(self.index, items, lambda end: self.offsets.appended(end, changes or []))
+
+    def append_transactional(
+        self, producer: tuple[int, int, int], items: list[Record], changes: list[OffsetChange]
+    ) -> int:
+        """Append a TxnOffsetCommit as a transactional batch of `producer` (id, epoch, base
+        sequence); its offsets wait for the producer's marker."""
+
+        def appended(end: int) -> None:
+            self.replay_transactional(end - len(items), end, producer[0], [])
+            self.txn_offsets[producer[0]].extend(changes)
+
+        return self._context.runtime.append(self.index, items, appended, producer)
 
     def remove_offsets(self, doomed: list[tuple[str, str, int]]) -> int | None:
         """Append tombstones for the offsets that exist; the log end offset to wait for, None

@@ -1,6 +1,7 @@
-"""FindCoordinator: a group's coordinator is the leader of its __consumer_offsets partition.
-Transaction coordinators do not exist yet, which is said plainly rather than with a
-retriable code that would make clients retry forever."""
+"""FindCoordinator: a group's coordinator is the leader of its __consumer_offsets partition
+(key type 0), a transactional id's the leader of its __transaction_state partition (key
+type 1). Other key types (share groups) are refused plainly rather than with a retriable
+code that would make clients retry forever."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..protocol.header import RequestHeader
 from .registry import api
 
 GROUP_KEY_TYPE = 0
-_NO_TRANSACTIONS = "transactions are not supported by this broker yet"
+TRANSACTION_KEY_TYPE = 1
 
 
 @api(ApiKey.FIND_COORDINATOR)
@@ -23,6 +24,8 @@ async def handle(
     keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
     if request.key_type == GROUP_KEY_TYPE:
         await broker.groups.ensure_offsets_topic()
+    elif request.key_type == TRANSACTION_KEY_TYPE:
+        await broker.transactions.ensure_topic()
     found = [_find(broker, request.key_type, key) for key in keys]
     if header.api_version >= 4:
         return FindCoordinatorResponse(
@@ -41,10 +44,13 @@ async def handle(
 
 
 def _find(broker: HandlerContext, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:
-    if key_type != GROUP_KEY_TYPE:
-        return ErrorCode.UNSUPPORTED_VERSION, _NO_TRANSACTIONS, -1, "", -1
-    node = broker.groups.coordinator_of(key)
+    if key_type == GROUP_KEY_TYPE:
+        node, what = broker.groups.coordinator_of(key), "group"
+    elif key_type == TRANSACTION_KEY_TYPE:
+        node, what = broker.transactions.coordinator_of(key), "transactional id"
+    else:
+        return ErrorCode.INVALID_REQUEST, f"coordinator key type {key_type} is not supported", -1, "", -1
     registration = broker.view.brokers.get(node)
     if registration is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's coordinator is not available", -1, "", -1
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the {what}'s coordinator is not available", -1, "", -1
     return ErrorCode.NONE, None, node, registration.host, registration.port

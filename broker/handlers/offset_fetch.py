@@ -1,4 +1,7 @@
-"""OffsetFetch: one group (v1-7) or many (v8+); null topics means every committed offset."""
+"""OffsetFetch: one group (v1-7) or many (v8+); null topics means every committed offset.
+With `require_stable` (v7+, KIP-447: read_committed consumers), a partition with a
+transactional offset commit still waiting for its marker answers UNSTABLE_OFFSET_COMMIT
+(retriable) instead of an offset that is about to change."""
 
 from __future__ import annotations
 
@@ -25,10 +28,13 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetF
     version = header.api_version
     if version >= 8:
         return R(
-            throttle_time_ms=0, groups=[_fetch_group(broker, g.group_id, g.topics, version) for g in request.groups]
+            throttle_time_ms=0,
+            groups=[
+                _fetch_group(broker, g.group_id, g.topics, version, request.require_stable) for g in request.groups
+            ],
         )
     topics = request.topics if (request.topics is not None or version < 2) else None
-    group = _fetch_group(broker, request.group_id, topics, version)
+    group = _fetch_group(broker, request.group_id, topics, version, version >= 7 and request.require_stable)
     old_topics = [
         _OldTopic(
             name=t.name,
@@ -48,7 +54,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetF
     return R(throttle_time_ms=0, topics=old_topics, error_code=group.error_code)
 
 
-def _fetch_group(broker: HandlerContext, group_id: str, topics: list[Any] | None, version: int) -> Any:
+def _fetch_group(
+    broker: HandlerContext, group_id: str, topics: list[Any] | None, version: int, require_stable: bool
+) -> Any:
     names: dict[str, object] = {}  # name -> topic id to echo (v10)
     wanted = None
     if topics is not None:
@@ -65,6 +73,7 @@ def _fetch_group(broker: HandlerContext, group_id: str, topics: list[Any] | None
         found = broker.groups.fetch_offsets(group_id, wanted)
     except ApiError as exc:
         return _Group(group_id=group_id, topics=[], error_code=exc.code)
+    unstable = broker.groups.unstable_offsets(group_id) if require_stable else set()
     result = []
     for name, partitions in found.items():
         topic_id = names.get(name)
@@ -78,10 +87,10 @@ def _fetch_group(broker: HandlerContext, group_id: str, topics: list[Any] | None
                 partitions=[
                     _NewPartition(
                         partition_index=p,
-                        committed_offset=v.offset if v else -1,
-                        committed_leader_epoch=v.leader_epoch if v else -1,
+                        committed_offset=v.offset if v and (name, p) not in unstable else -1,
+                        committed_leader_epoch=v.leader_epoch if v and (name, p) not in unstable else -1,
                         metadata=(v.metadata if v else "") or "",
-                        error_code=ErrorCode.NONE,
+                        error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT if (name, p) in unstable else ErrorCode.NONE,
                     )
                     for p, v in partitions.items()
                 ],

@@ -52,12 +52,6 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
             try:
                 if acks not in (0, 1, -1):
                     raise ApiError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
-                if request.transactional_id is not None:
-                    # No transaction coordinator yet: no client can hold a transactional id's
-                    # producer id (InitProducerId refuses them). Transactional batches without
-                    # one are accepted (raw protocol; producers/state.py tracks them); the
-                    # coordinator milestone verifies them with the coordinator (KIP-890).
-                    raise ApiError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
                 if topic is None:
                     raise topic_error
                 records = memoryview(data.records if data.records is not None else b"")

@@ -8,7 +8,9 @@ acks=all), or with the partition's error: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_
 INVALID_PRODUCER_EPOCH (an older producer epoch than the partition's), or
 TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than the last marker's),
 NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT. Appends happen before the first await, so markers of
-one request land in request order.
+one request land in request order. A marker in a `__consumer_offsets` partition (added by
+AddOffsetsToTxn) also tells the group coordinator, which applies or drops the producer's
+pending TxnOffsetCommit offsets there.
 
 Versions: 1 (0 was removed in Kafka 4.0; the schema starts at 1). Version 2 carries the
 transaction version (KIP-890 TV2 markers), which comes with the transaction coordinator.
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 from ..context import HandlerContext
+from ..groups.offsets_records import OFFSETS_TOPIC
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError
 from ..protocol.header import RequestHeader
@@ -57,6 +60,8 @@ async def handle(
                         bool(marker.transaction_result),
                     )
                     waits.append((result, partition, end))
+                    if topic.name == OFFSETS_TOPIC:  # TxnOffsetCommit: the group shard applies or drops
+                        broker.groups.on_txn_marker(index, marker.producer_id, bool(marker.transaction_result), end)
                 except ApiError as exc:
                     result.error_code = exc.code
                 partitions.append(result)

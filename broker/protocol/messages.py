@@ -33,6 +33,12 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from kafka.protocol.admin.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -64,10 +70,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -104,6 +118,12 @@ _PAIRS = (
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    (EndTxnRequest, EndTxnResponse),
+    (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    (ListTransactionsRequest, ListTransactionsResponse),
 )
 REQUEST_CLASSES: dict[int, Any] = {req.API_KEY: req for req, _ in _PAIRS}
 RESPONSE_CLASSES: dict[int, Any] = {req.API_KEY: resp for req, resp in _PAIRS}

@@ -131,6 +131,15 @@ class KeyValueShard:
             else:
                 self.latest[key] = value
 
+    def replay_transactional(self, first_offset: int, end_offset: int, producer_id: int, records: list[Record]) -> None:
+        raise AssertionError("no transactional batches here")
+
+    def replay_marker(self, end_offset: int, producer_id: int, commit: bool) -> None:
+        raise AssertionError("no markers here")
+
+    def compaction_floor(self) -> int | None:
+        return None
+
     def on_loaded(self) -> None:
         self.events.append("loaded")
 

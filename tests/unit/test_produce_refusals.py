@@ -1,7 +1,8 @@
 """Produce requests the broker refuses before appending anything, over real classic and
-diskless partitions (no sockets): a transactional id (transactions are not supported yet:
-INVALID_TXN_STATE for every partition) and acks other than 0, 1, -1 (INVALID_REQUIRED_ACKS).
-InitProducerId with a transactional id is refused too."""
+diskless partitions (no sockets): acks other than 0, 1, -1 (INVALID_REQUIRED_ACKS). A
+transactional id is no reason to refuse (the partition validates transactional batches; the
+broker trusts the client to have added the partition, no KIP-890 verification yet).
+InitProducerId with a transactional id goes to the transaction coordinator."""
 
 from __future__ import annotations
 
@@ -66,8 +67,6 @@ def request(acks: int, transactional_id: str | None, now_ms: int) -> SimpleNames
 @pytest.mark.parametrize(
     "transactional_id, acks, code",
     [
-        ("tx-1", -1, ErrorCode.INVALID_TXN_STATE),
-        ("", 1, ErrorCode.INVALID_TXN_STATE),  # an empty id is still an id (null is none)
         (None, 2, ErrorCode.INVALID_REQUIRED_ACKS),
         (None, -2, ErrorCode.INVALID_REQUIRED_ACKS),
     ],
@@ -89,24 +88,43 @@ def test_refused_for_every_partition_and_nothing_appended(
     asyncio.run(scenario())
 
 
-def test_init_producer_id_refuses_a_transactional_id() -> None:
+def test_a_transactional_id_is_no_reason_to_refuse(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        rig, classic, broker = seam(tmp_path)
+        header = SimpleNamespace(peer="p", client_id="c")
+        response = await produce.handle(broker, header, request(-1, "tx-1", rig.clock.now_ms()))
+        assert [p.error_code for t in response.responses for p in t.partition_responses] == [0, 0]
+        await rig.writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_init_producer_id_asks_the_transaction_coordinator() -> None:
     async def scenario() -> None:
         handed_out = []
+        asked = []
 
         async def next_id() -> int:
             handed_out.append(1)
             return 4000
 
-        broker = SimpleNamespace(producer_ids=SimpleNamespace(next_id=next_id))
+        async def init(transactional_id: str, timeout_ms: int, expected: object) -> tuple[int, int]:
+            asked.append((transactional_id, timeout_ms, expected))
+            return 7, 3
+
+        broker = SimpleNamespace(
+            producer_ids=SimpleNamespace(next_id=next_id), transactions=SimpleNamespace(init_producer_id=init)
+        )
         header = SimpleNamespace(api_version=4)
-        refused = await init_producer_id.handle(
+        txn = await init_producer_id.handle(
             broker,
             header,
             InitProducerIdRequest(
                 transactional_id="tx-1", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
             ),
         )
-        assert (refused.error_code, refused.producer_id, handed_out) == (ErrorCode.UNSUPPORTED_VERSION, -1, [])
+        assert (txn.error_code, txn.producer_id, txn.producer_epoch, handed_out) == (0, 7, 3, [])
+        assert asked == [("tx-1", 60_000, (-1, -1))]
         granted = await init_producer_id.handle(
             broker,
             header,
