@@ -19,6 +19,7 @@ from . import __version__
 from .clock import Clock
 from .cluster import elections
 from .cluster.controller import Controller
+from .cluster.peer_views import wait_for_peer_views
 from .cluster.registration import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
@@ -76,13 +77,15 @@ CONTROLLED_SHUTDOWN_POLL_S = 0.05  # how often a controlled shutdown looks at wh
 class ShutdownOutcome(NamedTuple):
     """What a controlled shutdown achieved: leaderships moved away, partitions still led
     here at the end, how many of those another replica could have taken, whether it timed
-    out, and how long it took."""
+    out, how long it took, and how many peers might still name this broker leader (their
+    view was behind at the end, or they did not answer)."""
 
     moved: int
     remain: int
     movable: int
     timed_out: bool
     elapsed_ms: int
+    peers_behind: int
 
 
 class Broker:
@@ -213,6 +216,8 @@ class Broker:
             self.read_service,
             lambda message: answer_forwarded(self, message),
             self.reference_reporter,
+            self.node_id,
+            lambda: self.view.applied_revision,
         )
         self.wal_files = WalFileManager(
             node_id=self.node_id,
@@ -355,9 +360,10 @@ class Broker:
         deadline = started + config.controlled_shutdown_timeout_ms
         led_at_start = self._led_here()
         log.info("controlled shutdown: moving leadership of %d partitions", len(led_at_start))
+        drained_at = 0  # the store revision of the draining registration
         while True:
             try:
-                await self.membership.drain()
+                drained_at = await self.membership.drain()
                 break
             except MetadataError as exc:
                 if self.clock.monotonic_ms() >= deadline:
@@ -368,9 +374,18 @@ class Broker:
             self._movable_leaderships() or self._not_taken_up(led_at_start)
         ) and self.clock.monotonic_ms() < deadline:
             await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
+        led = self._led_here()
+        moved_at = max(
+            [drained_at]
+            + [self.view.partitions[pid].revision for pid in led_at_start - led if pid in self.view.partitions]
+        )
+        behind = await wait_for_peer_views(self.node_id, self.view, self.rpc_pool, moved_at, deadline, self.clock)
+        if behind:
+            log.warning(
+                "controlled shutdown: brokers %s may still name this broker leader (revision %d)", behind, moved_at
+            )
         await self.controller.hand_over()
         elapsed = self.clock.monotonic_ms() - started
-        led = self._led_here()
         moved = len(led_at_start - led)
         movable, waiting = self._movable_leaderships(), self._not_taken_up(led_at_start)
         if movable or waiting:
@@ -390,7 +405,7 @@ class Broker:
                 elapsed,
                 len(led),
             )
-        return ShutdownOutcome(moved, len(led), len(movable), bool(movable or waiting), elapsed)
+        return ShutdownOutcome(moved, len(led), len(movable), bool(movable or waiting), elapsed, len(behind))
 
     def _led_here(self) -> set[TopicIdPartition]:
         """The partitions the cluster view names this broker the leader of."""

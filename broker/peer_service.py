@@ -3,14 +3,16 @@ fetches (replication/leader_service.py), diskless commits from produce represent
 and their acks=all waits
 (diskless/commit.py), entry reads for brokers without a replica
 (routing/read_service.py), partition requests they send on
-(routing/forwarding.py), and the WAL file manager's question about references
-(walgc/reporter.py)."""
+(routing/forwarding.py), the WAL file manager's question about references
+(walgc/reporter.py), and a stopping broker's question about the metadata revision this
+broker's cluster view has applied (cluster/peer_views.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Union
 
+from .cluster.messages import VIEW_REVISION_VERSION, ViewRevisionRequest, ViewRevisionResponse
 from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
@@ -30,6 +32,7 @@ PeerRequest = Union[
     KafkaForwardRequest,
     WalReferencesRequest,
     WalQueryRequest,
+    ViewRevisionRequest,
 ]
 PeerResponse = Union[
     ReplicaFetchResponse,
@@ -39,6 +42,7 @@ PeerResponse = Union[
     KafkaForwardResponse,
     WalReferencesResponse,
     WalQueryResponse,
+    ViewRevisionResponse,
 ]
 
 
@@ -50,7 +54,11 @@ class PeerService:
         reads: "ReplicaReadService",
         forwarded: Callable[[KafkaForwardRequest], Awaitable[KafkaForwardResponse]],
         references: "ReferenceReporter",
+        node_id: int,
+        view_revision: Callable[[], int],
     ) -> None:
+        self._node_id = node_id
+        self._view_revision = view_revision
         self._references = references
         self._fetches = fetches
         self._committer = committer
@@ -72,4 +80,6 @@ class PeerService:
             return self._references.answer(request)
         if isinstance(request, WalQueryRequest):
             return self._references.answer_query(request)
+        if isinstance(request, ViewRevisionRequest):
+            return ViewRevisionResponse(VIEW_REVISION_VERSION, self._node_id, self._view_revision())
         return await self._forwarded(request)

@@ -87,11 +87,12 @@ class Membership:
             except (MetadataError, asyncio.TimeoutError) as exc:
                 log.warning("could not revoke the broker lease (%s); it expires by itself", exc)
 
-    async def drain(self) -> None:
+    async def drain(self) -> int:
         """Controlled shutdown: rewrite this registration with `draining` set, under the same
         lease, so the controller moves this broker's leaderships away (and gives it no new
-        ones) while it still serves. A registration renewed later keeps the flag. Raises
-        MetadataError (the store did not answer, or this process is not registered now)."""
+        ones) while it still serves. A registration renewed later keeps the flag. Returns the
+        store revision of the write; raises MetadataError (the store did not answer, or this
+        process is not registered now)."""
         self.record = msgspec.structs.replace(self.record, draining=True)
         lease = self.lease
         key, value = records.broker_key(self.record.node_id), records.encode(self.record)
@@ -101,6 +102,7 @@ class Membership:
         revision = await self._store.put(key, value, expected_revision=current.revision, lease=lease)
         await self._announce(KeyValue(key, value, revision, lease.id))
         log.info("broker %d registered as draining (controlled shutdown)", self.record.node_id)
+        return revision
 
     async def _register(self, wait_s: float) -> None:
         """Create the registration under a new lease where no other incarnation's is; wait

@@ -50,6 +50,7 @@ class ClusterView:
         self._on_controller: list[Callable[[int], Any]] = []
         self._task: asyncio.Task[None] | None = None
         self._revision = 0
+        self.applied_revision = 0  # every change up to this store revision is applied (and told)
 
     # -- subscriptions --------------------------------------------------------------------
     def on_brokers_changed(self, listener: Callable[[], Any]) -> None:
@@ -89,6 +90,7 @@ class ClusterView:
                             await self.apply_put(event.kv)
                         else:
                             await self.apply_delete(event.kv.key)
+                        self.applied_revision = max(self.applied_revision, event.revision)
             except asyncio.CancelledError:
                 raise
             except MetadataError as exc:
@@ -109,6 +111,7 @@ class ClusterView:
         for kv in kvs:
             await self.apply_put(kv)
         self._revision = max(self._revision, revision)
+        self.applied_revision = max(self.applied_revision, revision)
 
     # -- applying changes (also called directly by the writer, before its watch event) -----
     async def apply_put(self, kv: KeyValue) -> None:

@@ -194,6 +194,8 @@ class SimCluster:
         self.sim.trace.record("cluster", "broker %d asked to stop (SIGTERM)", node_id)
         outcome = await spawn(sim_broker.node, broker.controlled_shutdown(), name=f"broker-{node_id}-drain")
         self.sim.trace.record("cluster", "broker %d controlled shutdown: %s", node_id, outcome)
+        if outcome is not None and not outcome.timed_out and not outcome.peers_behind:
+            self._check_peers_name_new_leaders(node_id)
         self.down.add(node_id)  # the listener closes now: new connections are refused
         stopping = spawn(sim_broker.node, broker.stop(), name=f"broker-{node_id}-stop")
         try:
@@ -205,6 +207,26 @@ class SimCluster:
         self._reset_clients(node_id)
         self.sim.trace.record("cluster", "broker %d stopped", node_id)
         return outcome
+
+    def _check_peers_name_new_leaders(self, node_id: int) -> None:
+        """A controlled shutdown that did not time out and heard from every peer closes the
+        listener only once no running broker's view names it the leader of a partition it
+        has handed over: a client it drops learns the new leader from whichever broker it
+        asks next."""
+        stopping = self.brokers[node_id].broker
+        kept = stopping._led_here()
+        for other_id, other in sorted(self.brokers.items()):
+            if other_id == node_id or other_id in self.down or other_id not in stopping.view.brokers:
+                continue
+            stale = sorted(
+                pid
+                for pid, state in other.broker.view.partitions.items()
+                if state.record.leader == node_id and pid not in kept
+            )
+            if stale:
+                raise AssertionError(
+                    f"broker {node_id} closed its listener while broker {other_id} still named it leader of {stale[:5]}"
+                )
 
     def crash(self, node_id: int) -> None:
         """kill -9 (the process's data-dir lock goes with it)."""

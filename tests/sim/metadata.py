@@ -10,6 +10,9 @@ leases expire in virtual time) with the MetadataStore interface and etcd's failu
 - ambiguous writes: put, delete, txn and the lease calls are applied and then fail with
   MetadataUnavailable ("outcome unknown": the caller must read before retrying a CAS). An
   answer on its way back when a window starts is lost the same way;
+- lagging watches: now and then (`watch_lag_p`) a watch delivers its next event late
+  (`watch_lag_s`), as an etcd watcher behind under load does, so brokers' views of the
+  same revision differ for a while;
 - broken watches: a watch iteration raises MetadataUnavailable at random instead of
   delivering an event, and every open watch breaks when a window starts (or on
   `break_watches()`), so consumers must list again and watch from the listing.
@@ -44,6 +47,8 @@ class MetadataFaults:
     unavailable_p: float = 0.0
     ambiguous_p: float = 0.0  # writes only
     watch_break_p: float = 0.0
+    watch_lag_p: float = 0.0  # per delivered event
+    watch_lag_s: tuple[float, float] = (0.05, 0.5)
 
     @classmethod
     def none(cls) -> MetadataFaults:
@@ -238,6 +243,8 @@ class _FaultyWatch:
             await asyncio.gather(following, return_exceptions=True)
             await self._break("the stream broke")
         event = following.result()  # StopAsyncIteration and the inner watch's errors pass through
+        if store.faults.watch_lag_p and store._rng.chance(store.faults.watch_lag_p):
+            await asyncio.sleep(store._rng.between(store.faults.watch_lag_s))
         if store._rng.chance(store.faults.watch_break_p):
             await self._break(f"broke before delivering revision {event.revision}")
         return event

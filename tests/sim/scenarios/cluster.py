@@ -130,6 +130,7 @@ async def cluster(sim: Sim) -> dict[str, int]:
             unavailable_p=weather.choice([0.0, 0.02]),
             ambiguous_p=weather.choice([0.0, 0.05, 0.2]),
             watch_break_p=weather.choice([0.0, 0.01]),
+            watch_lag_p=weather.choice([0.0, 0.2]),
         )
         built.objects.faulty.faults = weather.choice([ObjectStoreFaults(), ObjectStoreFaults.flaky()])
         built.network.faults = weather.choice([NetFaults(), NetFaults.flaky()])
