@@ -55,7 +55,9 @@ from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .peer_service import PeerRequest, PeerResponse, PeerService
 from .diskless.commit_router import CommitRouter
-from .rpc import RpcClientPool
+from .rpc import RpcClientPool, RpcError, RpcUnavailable
+from .transactions import permits as txn_permits
+from .transactions.messages import TxnPermitRequest, TxnPermitResponse
 from .server import KafkaServer, ServerLimits
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
@@ -196,6 +198,7 @@ class Broker:
             self.producer_ids,
             self.assign_replicas,
             self._send_txn_markers,
+            self._send_txn_permits,
         )
         self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(
@@ -204,7 +207,13 @@ class Broker:
             on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc(),
         )
         self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
-        self.committer = LocalCommitter(self.catalog, self.replica_manager, self.clock, config.wal_commit_deadline_ms)
+        self.committer = LocalCommitter(
+            self.catalog,
+            self.replica_manager,
+            self.clock,
+            config.wal_commit_deadline_ms,
+            verify_txn=config.transaction_partition_verification_enable,
+        )
         self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
         self.uploads = RecentUploads()
         self.reference_reporter = ReferenceReporter(
@@ -218,6 +227,7 @@ class Broker:
             self.reference_reporter,
             self.node_id,
             lambda: self.view.applied_revision,
+            lambda request: txn_permits.answer(self.replica_manager, self.node_id, request),
         )
         self.wal_files = WalFileManager(
             node_id=self.node_id,
@@ -520,6 +530,20 @@ class Broker:
         if node == self.node_id:
             return await write_txn_markers.handle(self, header, request)
         return await forward(self, node, header, request)
+
+    async def _send_txn_permits(self, node: int, request: TxnPermitRequest) -> TxnPermitResponse:
+        """Transaction permits from the coordinator to a partition leader: applied here when
+        this broker leads, else sent over the inter-broker RPC."""
+        if node == self.node_id:
+            return txn_permits.answer(self.replica_manager, self.node_id, request)
+        registration = self.view.brokers.get(node)
+        if registration is None:
+            raise RpcUnavailable(f"broker {node} is not registered")
+        client = self.rpc_pool.get(node, registration.rpc_host or "", registration.rpc_port)
+        answer = await client.call(request, txn_permits.ASK_TIMEOUT_S)
+        if not isinstance(answer, TxnPermitResponse):
+            raise RpcError(f"unexpected answer {type(answer).__name__} from broker {node}")
+        return answer
 
     def assign_replicas(self, partitions: range | list[int], replication_factor: int) -> dict[int, list[int]]:
         """Rack-aware replicas for new partitions over the live brokers that store data."""

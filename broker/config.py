@@ -142,6 +142,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     transaction_state_log_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 104857600
     transaction_max_timeout_ms: Positive = 900000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: Positive = 10000
+    transaction_partition_verification_enable: bool = True
     # Background work
     log_retention_check_interval_ms: Positive = 300000
     log_flush_scheduler_interval_ms: Positive = 1000

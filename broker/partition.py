@@ -573,8 +573,10 @@ class Partition:
             self._replay(entry.header, entry.base_offset, entry.data)
         self.producers.on_high_watermark(self.log.high_watermark)
 
-    def append_records(self, records: memoryview, acks: int) -> AppendOutcome:
-        """Validate, deduplicate and append a produce request's batches for this partition."""
+    def append_records(self, records: memoryview, acks: int, verify_txn: bool = False) -> AppendOutcome:
+        """Validate, deduplicate and append a produce request's batches for this partition.
+        `verify_txn`: a client's produce, whose batches open a transaction only with the
+        coordinator's permit (KIP-890; the coordinator's own writes need none)."""
         now_ms = self._clock.now_ms()
         found = validate_batches(records, self.settings, now_ms)
         self.check_acks(acks)
@@ -586,15 +588,23 @@ class Partition:
                 data = bytearray(data)
                 batches.stamp_log_append_time(data, header, now_ms)
             items.append((header, data))
-        return self._append(EntryKind.RECORDS, items)
+        return self._append(EntryKind.RECORDS, items, verify_txn=verify_txn)
 
-    def append_coordinates(self, batches_: list[tuple[bytes, WalRef]], acks: int) -> AppendOutcome:
+    def append_coordinates(
+        self, batches_: list[tuple[bytes, WalRef]], acks: int, verify_txn: bool = False
+    ) -> AppendOutcome:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the
         batch lives). Same producer-state checks and offset assignment as append_records."""
         self.check_acks(acks)
         self._check_mode(diskless=True)
         items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
-        return self._append(EntryKind.COORDINATES, items)
+        return self._append(EntryKind.COORDINATES, items, verify_txn=verify_txn)
+
+    def grant_txn_permit(self, producer_id: int, producer_epoch: int) -> None:
+        """The transaction coordinator's word that this partition is in the producer's
+        ongoing transaction (producers/state.py rule 17); only a leader checks permits."""
+        self.check_leader()
+        self.producers.grant(producer_id, producer_epoch)
 
     def check_acks(self, acks: int) -> None:
         self.check_leader()
@@ -609,6 +619,7 @@ class Partition:
         kind: EntryKind,
         items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]],
         end_txn: EndTxn | None = None,
+        verify_txn: bool = False,
     ) -> AppendOutcome:
         """Deduplicate against producer state and append, all batches or none (as Kafka
         appends a partition's record set): if a later batch is refused or its write fails,
@@ -621,7 +632,7 @@ class Partition:
         try:
             for header, data in items:
                 if end_txn is None:
-                    verdict = self.producers.check(header)
+                    verdict = self.producers.check(header, verify_txn)
                 else:
                     verdict = self.producers.check_marker(
                         header.producer_id, header.producer_epoch, end_txn.coordinator_epoch
@@ -631,11 +642,7 @@ class Partition:
                         first_offset = verdict.base_offset
                     continue
                 if verdict is not None:
-                    raise ApiError(
-                        verdict,
-                        f"producer {header.producer_id} epoch {header.producer_epoch} "
-                        f"sequence {header.base_sequence}: {verdict.name}",
-                    )
+                    raise ApiError(verdict, self._refusal(header, verdict))
                 result = self.log.append(kind, header, data, self.leader_epoch)
                 self._index_completed(
                     self.producers.on_append(header, result.base_offset, header.max_timestamp, end_txn)
@@ -656,6 +663,15 @@ class Partition:
             self.advance_high_watermark()
             self._on_append(self)
         return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended, self.log.log_end_offset)
+
+    def _refusal(self, header: BatchHeader, verdict: ErrorCode) -> str:
+        what = f"producer {header.producer_id} epoch {header.producer_epoch} sequence {header.base_sequence}"
+        if verdict == ErrorCode.NOT_ENOUGH_REPLICAS:  # producers/state.py rule 17
+            return (
+                f"{what}: {self.topic}-{self.index} is not verified in the producer's ongoing transaction "
+                "(AddPartitionsToTxn first; a retry succeeds once the coordinator has granted it)"
+            )
+        return f"{what}: {verdict.name}"
 
     def _roll_back(self, offset: int) -> None:
         """Cut off what a failed append wrote (nobody saw it: no await in between). If even

@@ -4,7 +4,8 @@ and their acks=all waits
 (diskless/commit.py), entry reads for brokers without a replica
 (routing/read_service.py), partition requests they send on
 (routing/forwarding.py), the WAL file manager's question about references
-(walgc/reporter.py), and a stopping broker's question about the metadata revision this
+(walgc/reporter.py), the transaction coordinator's permits (transactions/permits.py),
+and a stopping broker's question about the metadata revision this
 broker's cluster view has applied (cluster/peer_views.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Union
 from .cluster.messages import VIEW_REVISION_VERSION, ViewRevisionRequest, ViewRevisionResponse
 from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
+from .transactions.messages import TxnPermitRequest, TxnPermitResponse
 from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
 from .walgc.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequest, WalReferencesResponse
 
@@ -33,6 +35,7 @@ PeerRequest = Union[
     WalReferencesRequest,
     WalQueryRequest,
     ViewRevisionRequest,
+    TxnPermitRequest,
 ]
 PeerResponse = Union[
     ReplicaFetchResponse,
@@ -43,6 +46,7 @@ PeerResponse = Union[
     WalReferencesResponse,
     WalQueryResponse,
     ViewRevisionResponse,
+    TxnPermitResponse,
 ]
 
 
@@ -56,7 +60,9 @@ class PeerService:
         references: "ReferenceReporter",
         node_id: int,
         view_revision: Callable[[], int],
+        permits: Callable[[TxnPermitRequest], TxnPermitResponse],
     ) -> None:
+        self._permits = permits
         self._node_id = node_id
         self._view_revision = view_revision
         self._references = references
@@ -80,6 +86,8 @@ class PeerService:
             return self._references.answer(request)
         if isinstance(request, WalQueryRequest):
             return self._references.answer_query(request)
+        if isinstance(request, TxnPermitRequest):
+            return self._permits(request)
         if isinstance(request, ViewRevisionRequest):
             return ViewRevisionResponse(VIEW_REVISION_VERSION, self._node_id, self._view_revision())
         return await self._forwarded(request)

@@ -157,7 +157,15 @@ def acknowledged_when(applied: CommitResult, wait: asyncio.Future[None]) -> asyn
 class LocalCommitter:
     """The leader side: applies commits to partitions this broker leads."""
 
-    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", clock: "Clock", deadline_ms: int) -> None:
+    def __init__(
+        self,
+        catalog: "TopicCatalog",
+        replicas: "ReplicaManager",
+        clock: "Clock",
+        deadline_ms: int,
+        verify_txn: bool = False,
+    ) -> None:
+        self._verify_txn = verify_txn  # client batches open transactions only with a permit (KIP-890)
         self._catalog = catalog
         self._replicas = replicas
         self._clock = clock
@@ -255,7 +263,9 @@ class LocalCommitter:
         try:
             partition = self._partition(part.topic_id, part.partition)
             outcome = partition.append_coordinates(
-                [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches], part.acks
+                [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches],
+                part.acks,
+                verify_txn=self._verify_txn,
             )
         except ApiError as exc:
             return failed(exc)

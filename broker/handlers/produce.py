@@ -64,7 +64,9 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                     results.append(None)
                     continue
                 partition = broker.replica_manager.get(topic.name, data.index)
-                outcome = partition.append_records(records, acks)
+                outcome = partition.append_records(
+                    records, acks, verify_txn=broker.config.transaction_partition_verification_enable
+                )
             except ApiError as exc:
                 results.append(_error(broker, data.index, exc.code, exc.message))
                 continue

@@ -71,7 +71,20 @@ Transactions (`ProducerAppendInfo.appendDataBatch` / `appendEndTxnMarker`,
 16. Snapshots (version 2) keep each producer's coordinator epoch and open transaction's first
     offset; a version-1 snapshot reads as "none open" (it was written before transactions).
 
-Not implemented (the coordinator milestone): TV2 marker rules (WriteTxnMarkers v2) and the
+Transaction verification (KIP-890 part 1, `transaction.partition.verification.enable`):
+
+17. A transactional data batch that would open a transaction (the producer has none open
+    here) is accepted from a client only with a *permit*: the transaction coordinator grants
+    (producer id, epoch) for this partition once AddPartitionsToTxn has made it part of the
+    producer's ongoing transaction (`grant`). Without one the batch is refused with a
+    retriable NOT_ENOUGH_REPLICAS, as Kafka answers a produce whose verification did not
+    succeed yet; the coordinator grants again when the partition's leader changes. A marker
+    for the producer withdraws its permit, so a late retry of a batch of a transaction that
+    has ended cannot open a new one that nobody will ever end (a hanging transaction).
+    Permits live in the leader's memory only (at most `MAX_PERMITS`, oldest dropped first:
+    such a producer's next batch is refused until the coordinator grants again).
+
+Not implemented: TV2 marker rules (WriteTxnMarkers v2, KIP-890 part 2) and the
 transaction-verification rule "no state and sequence != 0 -> OUT_OF_ORDER" which Kafka applies
 only to verified TV2 transactional appends.
 
@@ -116,6 +129,7 @@ NO_COORDINATOR_EPOCH = -1
 NO_TIMESTAMP = -1
 INT32_MAX = (1 << 31) - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+MAX_PERMITS = 10_000  # transaction permits held per partition (rule 17)
 
 
 @dataclass(slots=True, frozen=True)
@@ -206,6 +220,8 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}
         # Completed transactions whose marker is not yet below the high watermark.
         self._unreplicated: list[CompletedTxn] = []
+        # Rule 17: producer id -> the epoch the coordinator verified, oldest grant first.
+        self._permits: dict[int, int] = {}
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -250,17 +266,22 @@ class ProducerStateManager:
 
     # --- validation ---------------------------------------------------------------------------
 
-    def check(self, header: BatchHeader) -> ErrorCode | DuplicateBatch | None:
+    @property
+    def permit_count(self) -> int:
+        return len(self._permits)
+
+    def check(self, header: BatchHeader, verify_txn: bool = False) -> ErrorCode | DuplicateBatch | None:
         """Validate one batch against the current state without changing it.
 
         None: append it, then call `on_append`. DuplicateBatch: do not append; answer NONE with
-        its offsets. ErrorCode: reject the batch with that code.
+        its offsets. ErrorCode: reject the batch with that code. `verify_txn`: a client's
+        batch, which may open a transaction only with a permit (rule 17).
         """
         if not header.has_producer_id:
             return None
         entry = self._producers.get(header.producer_id)
         if entry is None:
-            return None  # rule 2: unknown producer, any sequence (KIP-360)
+            return self._check_permit(header) if verify_txn else None  # rule 2 (KIP-360)
         epoch = header.producer_epoch
         if header.is_control:
             return ErrorCode.INVALID_PRODUCER_EPOCH if epoch < entry.producer_epoch else None
@@ -274,9 +295,27 @@ class ProducerStateManager:
                 return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         elif entry.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(entry.last_seq, header.base_sequence):
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        if entry.current_txn_first_offset != NO_OFFSET and not header.is_transactional:
-            return ErrorCode.INVALID_TXN_STATE  # rule 12: a plain write inside an open transaction
-        return None
+        if entry.current_txn_first_offset != NO_OFFSET:
+            if not header.is_transactional:
+                return ErrorCode.INVALID_TXN_STATE  # rule 12: a plain write inside an open transaction
+            return None
+        return self._check_permit(header) if verify_txn else None
+
+    def _check_permit(self, header: BatchHeader) -> ErrorCode | None:
+        """Rule 17, for a batch of a producer with no transaction open here."""
+        if not header.is_transactional or header.is_control:
+            return None
+        if self._permits.get(header.producer_id) == header.producer_epoch:
+            return None
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+
+    def grant(self, producer_id: int, producer_epoch: int) -> None:
+        """The coordinator verified that this partition is in the producer's ongoing
+        transaction (rule 17)."""
+        self._permits.pop(producer_id, None)
+        self._permits[producer_id] = producer_epoch
+        while len(self._permits) > MAX_PERMITS:
+            del self._permits[next(iter(self._permits))]
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ErrorCode | None:
         """Validate a transaction marker before it is appended (rule 13); never mutates."""
@@ -330,7 +369,10 @@ class ProducerStateManager:
             entry.producer_epoch = header.producer_epoch
         entry.last_timestamp_ms = timestamp_ms
         if header.is_control:
-            return self._end_txn(entry, base_offset, end_txn) if end_txn is not None else None
+            if end_txn is None:
+                return None
+            self._permits.pop(entry.producer_id, None)  # rule 17: the transaction has ended here
+            return self._end_txn(entry, base_offset, end_txn)
         if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
             entry.current_txn_first_offset = base_offset
             self._ongoing[entry.producer_id] = base_offset

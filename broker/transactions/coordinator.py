@@ -11,13 +11,17 @@ inter-broker RPC to others), retrying until each is written or its partition is 
 persists CompleteCommit/CompleteAbort. A new leader of the partition resumes the markers of
 transactions it finds prepared. Ongoing transactions older than their timeout are aborted
 with the epoch bumped (the producer is fenced) by a scan every
-`transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+`transaction.abort.timed.out.transaction.cleanup.interval.ms`. With
+`transaction.partition.verification.enable`, AddPartitionsToTxn is answered once the
+partitions' leaders hold the producer epoch's permit to open a transaction (permits.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kafka.protocol.producer import WriteTxnMarkersRequest
@@ -28,6 +32,7 @@ from ..partition_ids import TopicIdPartition
 from ..protocol.errors import ApiError, ErrorCode
 from . import metadata as txn_rules
 from .metadata import TransactionMetadata, TxnState
+from .permits import PermitGranter, SendPermits
 from .records import TRANSACTION_TOPIC, partition_for
 from .shard import TransactionShard, TxnShardContext
 
@@ -72,6 +77,7 @@ class TransactionCoordinator:
         producer_ids: "ProducerIdAllocator",
         assign_replicas: Callable[[range, int], dict[int, list[int]]],
         send_markers: SendMarkers,
+        send_permits: SendPermits,
     ) -> None:
         self._config = config
         self._catalog = catalog
@@ -92,7 +98,9 @@ class TransactionCoordinator:
             write_timeout_ms=config.offsets_commit_timeout_ms,
             compaction_min_records=config.offsets_topic_compaction_min_records,
         )
-        self._shard_context = TxnShardContext(self._runtime, self._leader_epoch, self._resume)
+        self._permits = PermitGranter(catalog, view, clock, send_permits)
+        self._verify = config.transaction_partition_verification_enable
+        self._shard_context = TxnShardContext(self._runtime, self._leader_epoch, self._resume, self._grant_again)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -101,6 +109,7 @@ class TransactionCoordinator:
             self._num_partitions = topic.partitions
         self._catalog.subscribe(self._on_topic_change)
         self._replicas.on_role_changed(self._runtime.on_role_changed)
+        self._view.on_partition_changed(self._on_partition_changed)
         for partition in list(self._replicas.partitions.values()):
             self._runtime.on_role_changed(partition)
         self._runtime.start()
@@ -111,6 +120,7 @@ class TransactionCoordinator:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._permits.stop()
         await self._runtime.stop()
 
     async def ensure_topic(self) -> None:
@@ -193,6 +203,37 @@ class TransactionCoordinator:
         )
         if txn is not None:
             await self._persist(shard, txn)
+        if self._verify:  # also for partitions added before: a retried request re-grants
+            current = shard.txns[transactional_id]
+            await self._permits.grant(current, partitions, lambda: self._wants_permits(shard, current))
+
+    def _wants_permits(self, shard: TransactionShard, txn: TransactionMetadata) -> bool:
+        """Whether `txn`'s producer epoch is still in the ongoing transaction it was granted for."""
+        current = shard.txns.get(txn.transactional_id)
+        return (
+            shard.active
+            and current is not None
+            and current.state is TxnState.ONGOING
+            and (current.producer_id, current.producer_epoch) == (txn.producer_id, txn.producer_epoch)
+        )
+
+    def _grant_again(self, shard: TransactionShard, txn: TransactionMetadata) -> None:
+        """A new coordinator's ongoing transactions: their leaders may have lost the permits."""
+        if self._verify:
+            self._permits.grant_later(txn, txn.partitions, lambda: self._wants_permits(shard, txn))
+
+    def _on_partition_changed(self, pid: TopicIdPartition, state: Any) -> None:
+        """A partition's new leader holds no permits: grant those of its ongoing transactions."""
+        if not self._verify or state is None or state.record.leader < 0:
+            return
+        topic = self._catalog.by_id(uuid.UUID(pid[0]))
+        if topic is None:
+            return
+        part = (topic.name, pid[1])
+        for shard in self._runtime.shards():
+            for txn in shard.txns.values():
+                if txn.state is TxnState.ONGOING and part in txn.partitions:
+                    self._permits.grant_later(txn, [part], functools.partial(self._wants_permits, shard, txn))
 
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
         """The __consumer_offsets partition of a group (AddOffsetsToTxn adds it)."""

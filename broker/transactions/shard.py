@@ -4,7 +4,8 @@ shard for transactions (Kafka's TransactionStateManager, per partition).
 It rebuilds each id's latest `TransactionMetadata` from the log on load, hands the runtime
 the live state for compaction (one record per id), and, once loaded, asks the coordinator to
 finish what its predecessor left half done (transactions in PrepareCommit/PrepareAbort: their
-markers are written again, which is harmless for partitions that have them). Timed-out
+markers are written again, which is harmless for partitions that have them) and to grant the
+permits of ongoing ones again (permits.py). Timed-out
 transactions are found by the coordinator's periodic scan, as in Kafka."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..coordinator.record_batches import Record
 from . import records
-from .metadata import PREPARING, TransactionMetadata
+from .metadata import PREPARING, TransactionMetadata, TxnState
 
 if TYPE_CHECKING:
     from ..coordinator.runtime import CoordinatorRuntime
@@ -25,6 +26,7 @@ class TxnShardContext:
     runtime: "CoordinatorRuntime[TransactionShard]"
     coordinator_epoch: Callable[[int], int]  # the partition's leader epoch
     resume: Callable[["TransactionShard", TransactionMetadata], None]  # write the markers of a Prepare*
+    grant_again: Callable[["TransactionShard", TransactionMetadata], None]  # permits of an Ongoing one
 
 
 class TransactionShard:
@@ -57,6 +59,8 @@ class TransactionShard:
         for txn in list(self.txns.values()):
             if txn.state in PREPARING:
                 self._context.resume(self, txn)
+            elif txn.state is TxnState.ONGOING:
+                self._context.grant_again(self, txn)
 
     def on_replicated(self, high_watermark: int) -> None:
         pass  # answers wait for replication themselves (runtime.replicated)

@@ -1,7 +1,7 @@
-"""Transactions, the partition side, on a real broker process (no transaction coordinator
-yet): transactional batches produced over the raw protocol with a producer id from a
-non-transactional InitProducerId, ended by WriteTxnMarkers COMMIT and ABORT, on a classic and
-a diskless topic. read_committed consumers (librdkafka, kafka-python) see exactly the
+"""Transactions, the partition side, on a real broker process: transactional batches produced
+over the raw protocol with a producer id from a non-transactional InitProducerId, ended by
+WriteTxnMarkers COMMIT and ABORT, on a classic and a diskless topic (with
+`transaction.partition.verification.enable=false`: no coordinator grants these producers). read_committed consumers (librdkafka, kafka-python) see exactly the
 committed records and stop at an open transaction until its marker arrives; read_uncommitted
 ones see every data record; ListOffsets read_committed answers the last stable offset. A
 kill -9 and restart rebuild the same from the log (producer snapshots, transaction index)."""
@@ -25,6 +25,13 @@ from .clients import (
 pytestmark = pytest.mark.integration
 
 MODES = {"classic": "false", "diskless": "true"}
+UNVERIFIED = ["--set", "transaction.partition.verification.enable=false"]
+
+
+@pytest.fixture
+def broker(broker_factory):  # type: ignore[no-untyped-def]
+    """A broker that lets any producer id open a transaction (no coordinator involved)."""
+    return broker_factory(extra_args=UNVERIFIED)
 
 
 def init_producer_id(conn: RawConnection, versions) -> tuple[int, int]:  # type: ignore[no-untyped-def]
@@ -181,3 +188,89 @@ def test_commit_abort_open_and_restart(broker, mode: str) -> None:  # type: igno
         after = b"plain-after"
         plain(conn, versions, topic, after)
     check_reads(bs, topic, committed_values + [after], everything + [after])
+
+
+def txn_request(conn: RawConnection, versions, request):  # type: ignore[no-untyped-def]
+    """A coordinator request, retried while the coordinator is loading or busy."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        response = conn.request(request, pick_version(versions, type(request), cap=3), timeout_s=15)
+        code = getattr(response, "error_code", None)
+        if code is None:  # AddPartitionsToTxn v0-3: per partition
+            code = response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        if (
+            code not in (14, 15, 16, 51) or time.monotonic() > deadline
+        ):  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT
+            assert code == 0, f"{type(request).__name__} answered {code}"
+            return response
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_verification_refuses_batches_outside_a_granted_transaction(broker_factory, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """KIP-890 (`transaction.partition.verification.enable`, on by default): a transactional
+    batch opens a transaction on a partition only after AddPartitionsToTxn put the partition
+    in the producer's ongoing transaction. A batch sent without it, and a late batch of a
+    transaction that has ended (same epoch), are refused with the retriable
+    NOT_ENOUGH_REPLICAS, so no transaction is left open that nobody will end: the last stable
+    offset stays at the high watermark. (Without verification both are appended and the last
+    stable offset stops at them for good.)"""
+    from kafka.protocol.metadata import FindCoordinatorRequest
+    from kafka.protocol.producer import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
+
+    broker = broker_factory()
+    topic = unique_topic(f"verify-{mode}")
+    create_topic(broker.bootstrap, topic, 1, {"diskless.enable": MODES[mode]})
+    txn_id = f"verify-{mode}"
+    with RawConnection(broker.bootstrap) as conn:
+        versions = api_versions(broker.bootstrap)
+        txn_request(conn, versions, FindCoordinatorRequest(key=txn_id, key_type=1))
+        init = txn_request(
+            conn,
+            versions,
+            InitProducerIdRequest(
+                transactional_id=txn_id, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+            ),
+        )
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def send(seq: int, value: bytes) -> int:
+            batch = build_batch(
+                [(b"k", value)], transactional=True, producer_id=pid, producer_epoch=epoch, base_sequence=seq
+            )
+            return raw_produce(conn, versions, topic, 0, batch)[0]
+
+        def stable() -> bool:
+            return latest(conn, versions, topic, 1) == latest(conn, versions, topic, 0)
+
+        assert send(0, b"not-added") == 19  # NOT_ENOUGH_REPLICAS: not in a transaction the coordinator knows
+        assert stable()
+        add = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])
+        txn_request(
+            conn,
+            versions,
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=txn_id,
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[add],
+            ),
+        )
+        assert send(0, b"committed") == 0
+        assert not stable()  # open
+        txn_request(
+            conn,
+            versions,
+            EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=True),
+        )
+        import time
+
+        deadline = time.monotonic() + 20
+        while not stable() and time.monotonic() < deadline:  # the COMMIT marker is written after EndTxn's answer
+            time.sleep(0.05)
+        assert stable()
+        assert send(1, b"late") == 19  # a late batch of the ended transaction
+        assert stable()
+        assert values_confluent(broker.bootstrap, topic, "read_committed", 1) == [b"committed"]

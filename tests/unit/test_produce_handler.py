@@ -64,6 +64,7 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
         classic.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 1, [0, 1]), 1)  # acks=all waits for 1
         topics = {"t": Topic("t", TOPIC_ID, 1, {}, rig.settings), "c": Topic("c", CLASSIC_ID, 1, {}, classic_settings)}
         broker = SimpleNamespace(
+            config=load_config(environ={}),
             metrics=rig.metrics,
             clock=rig.clock,
             wal=rig.writer,
@@ -120,6 +121,7 @@ def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None
         )
         topic = Topic("t", TOPIC_ID, 1, {}, rig.settings)
         broker = SimpleNamespace(
+            config=load_config(environ={}),
             metrics=rig.metrics,
             clock=rig.clock,
             wal=rig.writer,
@@ -162,6 +164,7 @@ def test_a_disk_error_on_a_classic_partition_is_its_kafka_storage_error(tmp_path
         classic.log.append = failing  # type: ignore[method-assign]
         topics = {"c": Topic("c", CLASSIC_ID, 1, {}, classic_settings)}
         broker = SimpleNamespace(
+            config=load_config(environ={}),
             metrics=rig.metrics,
             clock=rig.clock,
             wal=rig.writer,

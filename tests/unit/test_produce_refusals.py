@@ -36,6 +36,7 @@ def seam(tmp_path: Path):  # type: ignore[no-untyped-def]
     )
     topics = {"t": Topic("t", TOPIC_ID, 1, {}, rig.settings), "c": Topic("c", CLASSIC_ID, 1, {}, classic_settings)}
     broker = SimpleNamespace(
+        config=load_config(environ={}),
         metrics=rig.metrics,
         clock=rig.clock,
         wal=rig.writer,

@@ -32,6 +32,7 @@ from broker.metadata.records import PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
 from broker.partition import Partition
 from broker.producers import CompletedTxn, EndTxn, ProducerStateManager
+from broker.producers.state import MAX_PERMITS
 from broker.producers import snapshot as snap
 from broker.protocol.batch import CONTROL_FLAG, NO_SEQUENCE, TRANSACTIONAL_FLAG, parse_header
 from broker.protocol.errors import ApiError, ErrorCode
@@ -98,6 +99,42 @@ def test_transactional_batches_open_a_transaction_and_a_marker_closes_it() -> No
     assert mgr.first_unstable_offset() is None and mgr.last_stable_offset(5) == 5
     # after the marker, plain idempotent writes go on in sequence
     assert log.produce(hdr(seq=4)) == 4  # the Log's own offsets (it did not count the marker)
+
+
+def test_verification_needs_a_permit_to_open_a_transaction_and_a_marker_withdraws_it() -> None:
+    """Rule 17 (KIP-890): a client's transactional batch opens a transaction only with the
+    coordinator's permit for that producer epoch; continuing batches, plain idempotent ones
+    and (without verify_txn) the coordinator's own writes need none; the marker withdraws it."""
+    mgr = ProducerStateManager(ManualClock(T0))
+    first = hdr(pid=5, epoch=1, seq=0, attributes=TXN)
+    assert mgr.check(first, verify_txn=True) == ErrorCode.NOT_ENOUGH_REPLICAS  # unknown producer
+    assert mgr.check(first) is None  # not a client's batch: unverified
+    assert mgr.check(hdr(pid=5, epoch=1, seq=0), verify_txn=True) is None  # idempotent, no transaction
+    mgr.grant(5, 0)
+    assert mgr.check(first, verify_txn=True) == ErrorCode.NOT_ENOUGH_REPLICAS  # another epoch's permit
+    mgr.grant(5, 1)
+    assert mgr.check(first, verify_txn=True) is None
+    mgr.on_append(first, 0)
+    assert mgr.check(hdr(pid=5, epoch=1, seq=1, attributes=TXN), verify_txn=True) is None  # continues it
+    mgr.on_append(hdr(pid=5, epoch=1, seq=NO_SEQUENCE, attributes=MARKER), 1, end_txn=EndTxn(True, 0))
+    late = hdr(pid=5, epoch=1, seq=1, attributes=TXN)  # a late batch of the ended transaction
+    assert mgr.check(late, verify_txn=True) == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert mgr.permit_count == 0
+    for pid in range(MAX_PERMITS + 3):  # bounded: the oldest grants go first
+        mgr.grant(pid + 100, 0)
+    assert mgr.permit_count == MAX_PERMITS
+    assert mgr.check(hdr(pid=100, seq=0, attributes=TXN), verify_txn=True) == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert mgr.check(hdr(pid=MAX_PERMITS + 102, seq=0, attributes=TXN), verify_txn=True) is None
+
+
+def test_a_classic_leader_refuses_an_unverified_transaction_and_names_why(tmp_path: Path, clock: ManualClock) -> None:
+    partition = classic(tmp_path, clock)
+    with pytest.raises(ApiError) as refused:
+        partition.append_records(txn_batch(0, producer_id=11), acks=-1, verify_txn=True)
+    assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS and "AddPartitionsToTxn" in str(refused.value.message)
+    assert partition.log.log_end_offset == 0
+    partition.grant_txn_permit(11, 0)
+    assert partition.append_records(txn_batch(0, producer_id=11), acks=-1, verify_txn=True).base_offset == 0
 
 
 def test_last_stable_offset_after_an_abort_is_the_next_open_transaction() -> None:

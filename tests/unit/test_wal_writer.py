@@ -456,7 +456,7 @@ class LeaderBroker:
 
         self.calls.append(type(request).__name__)
         wire = msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=PeerRequest)
-        service = PeerService(None, self.committer, None, None, None, 0, lambda: 0)  # type: ignore[arg-type]
+        service = PeerService(None, self.committer, None, None, None, 0, lambda: 0, None)  # type: ignore[arg-type]
         answer = await service.handle(wire)
         return msgspec.msgpack.decode(msgspec.msgpack.encode(answer), type=PeerResponse)
 
