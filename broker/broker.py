@@ -43,6 +43,7 @@ from .producer_ids import ProducerIdAllocator
 from .protocol.api_keys import ApiKey
 from .protocol.header import RequestHeader
 from .transactions.coordinator import WRITE_TXN_MARKERS_VERSION, TransactionCoordinator
+from .transactions.metadata import TxnState
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
 from .routing.forwarding import forward
@@ -199,6 +200,9 @@ class Broker:
             self.assign_replicas,
             self._send_txn_markers,
             self._send_txn_permits,
+        )
+        self.metrics.transactions.watch(
+            lambda: (txn.state.value for txn in self.transactions.transactions()), (s.value for s in TxnState)
         )
         self.objects: ObjectStore = env.objects
         self.cache = ObjectCache(

@@ -14,7 +14,7 @@ from typing import Any
 from .logformat import JsonFormatter
 from .config import ConfigError, StartRefused, load_config
 from .ops import cluster as cluster_cli
-from .ops import configs, groups, local, topics
+from .ops import configs, groups, local, topics, transactions
 from .ops.connection import USAGE, UsageError, add_connection_args, read_command_config
 from .ops.connection import run as run_command
 
@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     topics.add_parsers(commands, add_connection_args)
     configs.add_parsers(commands, add_connection_args)
     groups.add_parsers(commands, add_connection_args)
+    transactions.add_parsers(commands, add_connection_args)
     cluster_cli.add_parsers(commands, add_connection_args)
     local.add_parsers(commands)
     return parser
@@ -233,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_command(args, configs.command)
     if args.command == "groups":
         return run_command(args, groups.command)
+    if args.command == "transactions":
+        return run_command(args, transactions.command)
     if args.command == "cluster" and args.cluster_command == "health":
         return cluster_cli.watch_health(args)
     if args.command == "cluster":

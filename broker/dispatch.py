@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Partition requests a broker that does not lead a diskless partition sends on to its leader.
-FORWARDABLE = frozenset({ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.WRITE_TXN_MARKERS})
+FORWARDABLE = frozenset(
+    {ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS}
+)
 
 
 def _unsupported_api_versions(correlation_id: int) -> list[bytes | bytearray]:

@@ -145,6 +145,10 @@ class BrokerMetrics:
         self.groups = Gauge("shoal_groups", "Consumer groups this broker coordinates.", registry=r)
         self.group_state = GroupStateCollector()
         r.register(self.group_state)
+        self.transactions = CountCollector(
+            "shoal_transactions", "Transactional ids this broker coordinates, by state.", "state"
+        )
+        r.register(self.transactions)
         # Cluster and replication
         self.replication_bytes = Counter(
             "shoal_replication_fetched_bytes",
@@ -200,6 +204,13 @@ class BrokerMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.partition_open_txn_age = Gauge(
+            "shoal_partition_open_transaction_age_seconds",
+            "Age of the oldest open transaction of a partition led here (0: none open), from the "
+            "timestamp of its first batch.",
+            ["topic", "partition"],
+            registry=r,
+        )
         # Per-partition series reported by the partition's leader only (LedPartitionSeries.update).
         self.led_partitions = LedPartitionSeries(
             self.partition_diskless,
@@ -208,6 +219,7 @@ class BrokerMetrics:
             self.partition_log_start,
             self.partition_log_end,
             self.partition_high_watermark,
+            self.partition_open_txn_age,
         )
         self.mode_switches = Counter(
             "shoal_mode_switches",
@@ -536,6 +548,34 @@ class GroupStateCollector:
                 "shoal_group_members", "Members of a group, on the group's coordinator.", labels=["group"]
             ),
         )
+
+
+class CountCollector:
+    """A gauge counting things by one label at scrape time, from what `watch` gave: every
+    value of `always` is reported (0 when nothing has it), so the series exist from the
+    start and a state that empties reads 0 rather than vanishing."""
+
+    def __init__(self, name: str, documentation: str, label: str) -> None:
+        self._name, self._documentation, self._label = name, documentation, label
+        self._source: Callable[[], Iterable[str]] | None = None
+        self._always: tuple[str, ...] = ()
+
+    def watch(self, source: Callable[[], Iterable[str]], always: Iterable[str] = ()) -> None:
+        """`source`: the label value of each thing counted, read at every scrape."""
+        self._source, self._always = source, tuple(always)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter((GaugeMetricFamily(self._name, self._documentation, labels=[self._label]),))
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self._name, self._documentation, labels=[self._label])
+        if self._source is not None:
+            counts = dict.fromkeys(self._always, 0)
+            for value in self._source():
+                counts[value] = counts.get(value, 0) + 1
+            for value, count in sorted(counts.items()):
+                family.add_metric([value], count)
+        return iter((family,))
 
 
 class LoopLagMonitor:

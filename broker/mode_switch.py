@@ -30,6 +30,7 @@ from .metadata import KeyValue, MetadataError
 from .mode_status import recorded_mode
 from .metadata import records
 from .partition_ids import TopicIdPartition
+from .producers.open_transactions import open_transaction_age_s
 from .protocol.errors import ApiError
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class ModeSwitcher:
         pending = 0
         led = {True: 0, False: 0}
         rows: dict[tuple[str, str], tuple[float, ...]] = {}
+        now_ms = self._clock.now_ms()
         for partition in list(self._replicas.partitions.values()):
             topic = self._catalog.get(partition.topic)
             if partition.leader_state is None or topic is None:
@@ -123,6 +125,7 @@ class ModeSwitcher:
                 partition.log_start_offset,
                 plog.log_end_offset,
                 plog.high_watermark,
+                open_transaction_age_s(partition.producers, now_ms),
             )
         self._metrics.led_partitions.update(rows)  # and drops the partitions no longer led here
         self._metrics.mode_switch_pending_partitions.set(pending)

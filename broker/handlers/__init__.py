@@ -19,6 +19,7 @@ _MODULES = (
     "txn_offset_commit",
     "list_transactions",
     "describe_transactions",
+    "describe_producers",
     "create_topics",
     "delete_topics",
     "create_partitions",

@@ -34,6 +34,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     ListTransactionsRequest,
@@ -122,6 +124,7 @@ _PAIRS = (
     (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     (EndTxnRequest, EndTxnResponse),
     (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    (DescribeProducersRequest, DescribeProducersResponse),
     (DescribeTransactionsRequest, DescribeTransactionsResponse),
     (ListTransactionsRequest, ListTransactionsResponse),
 )

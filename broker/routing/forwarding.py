@@ -77,16 +77,21 @@ class Forwarded:
         topics_attr: str,
         partitions_attr: str,
         failed: Callable[[Any], Any],
+        answers_attr: str | None = None,
     ) -> None:
         """Ask each node for its partitions (concurrently); `failed(original partition)` makes
-        the answer for a partition whose node could not be asked."""
+        the answer for a partition whose node could not be asked. `answers_attr`: the
+        response's per-topic list when it is not named like the request's (DescribeProducers
+        asks `partition_indexes` and answers `partitions`)."""
 
         async def ask(node: int, wanted: list[tuple[int, int]]) -> None:
             try:
                 response = await forward(
                     broker, node, header, sub_request(request, topics_attr, partitions_attr, wanted)
                 )
-                answers = [p for t in getattr(response, topics_attr) for p in getattr(t, partitions_attr)]
+                answers = [
+                    p for t in getattr(response, topics_attr) for p in getattr(t, answers_attr or partitions_attr)
+                ]
             except RpcError:
                 answers = [failed(getattr(getattr(request, topics_attr)[t], partitions_attr)[p]) for t, p in wanted]
             for position, answer in zip(wanted, answers):

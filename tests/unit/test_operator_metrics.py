@@ -1,7 +1,7 @@
 """The metrics an operator's dashboards and alerts read (docs/metrics.md): request names and
 error counting, leader-only per-partition series, offline / under-min-ISR counts, election
-and ISR counters, group series collected at scrape time, the event-loop lag probe. Pure:
-no sockets, no broker."""
+and ISR counters, group and transaction series collected at scrape time, the event-loop
+lag probe. Pure: no sockets, no broker."""
 
 from __future__ import annotations
 
@@ -207,15 +207,16 @@ def test_response_errors_are_counted_by_api_and_error_name() -> None:
 def test_led_partition_series_follow_leadership() -> None:
     metrics = BrokerMetrics()
     led = metrics.led_partitions
-    led.update({("t", "0"): (1, -1, 500, 0, 10, 8), ("t", "1"): (0, 4, 900, 2, 20, 20)})
+    led.update({("t", "0"): (1, -1, 500, 0, 10, 8, 0), ("t", "1"): (0, 4, 900, 2, 20, 20, 61.5)})
     assert sample(metrics, "shoal_partition_log_size_bytes", topic="t", partition="0") == 500
     assert sample(metrics, "shoal_partition_log_start_offset", topic="t", partition="1") == 2
     assert sample(metrics, "shoal_partition_log_end_offset", topic="t", partition="0") == 10
     assert sample(metrics, "shoal_partition_high_watermark", topic="t", partition="0") == 8
     assert sample(metrics, "shoal_partition_diskless", topic="t", partition="0") == 1
     assert sample(metrics, "shoal_partition_mode_since_offset", topic="t", partition="1") == 4
+    assert sample(metrics, "shoal_partition_open_transaction_age_seconds", topic="t", partition="1") == 61.5
 
-    led.update({("t", "1"): (0, 4, 950, 2, 21, 21)})  # partition 0's leadership moved away
+    led.update({("t", "1"): (0, 4, 950, 2, 21, 21, 62)})  # partition 0's leadership moved away
     for name in (
         "shoal_partition_diskless",
         "shoal_partition_mode_since_offset",
@@ -223,6 +224,7 @@ def test_led_partition_series_follow_leadership() -> None:
         "shoal_partition_log_start_offset",
         "shoal_partition_log_end_offset",
         "shoal_partition_high_watermark",
+        "shoal_partition_open_transaction_age_seconds",
     ):
         assert series(metrics, name) == [{"topic": "t", "partition": "1"}], name
     assert sample(metrics, "shoal_partition_high_watermark", topic="t", partition="1") == 21
@@ -295,6 +297,20 @@ def test_group_series_are_read_from_the_coordinator_at_each_scrape() -> None:
 def test_group_collector_describes_its_families() -> None:
     names = {family.name for family in GroupStateCollector().describe()}
     assert names == {"shoal_group_committed_offset", "shoal_group_members"}
+
+
+def test_transactions_are_counted_by_state_at_each_scrape() -> None:
+    metrics = BrokerMetrics()
+    assert series(metrics, "shoal_transactions") == []  # no coordinator bound yet
+    states = ["Ongoing", "Ongoing", "Empty"]
+    metrics.transactions.watch(lambda: iter(states), ["Empty", "Ongoing", "PrepareCommit"])
+    assert sample(metrics, "shoal_transactions", state="Ongoing") == 2
+    assert sample(metrics, "shoal_transactions", state="Empty") == 1
+    assert sample(metrics, "shoal_transactions", state="PrepareCommit") == 0  # reported from the start
+    states[:] = ["CompleteCommit"]  # a state `always` does not name still counts
+    assert sample(metrics, "shoal_transactions", state="Ongoing") == 0
+    assert sample(metrics, "shoal_transactions", state="CompleteCommit") == 1
+    assert {f.name for f in metrics.transactions.describe()} == {"shoal_transactions"}
 
 
 # -- event-loop lag ----------------------------------------------------------------------------
