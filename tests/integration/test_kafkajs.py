@@ -7,7 +7,8 @@ Covered: kafkajs's own produce -> consume round trip (keys, values incl. null an
 repeated and empty headers, timestamps, partitions, order, offsets, committed group offsets)
 uncompressed and with snappy and lz4 (the add-on codecs); records produced by kafkajs (also
 gzip) and read by each Python client; records produced by Python clients (compressed too) and
-read by kafkajs.
+read by kafkajs; kafkajs's read_committed default (and aiokafka's read_committed) after a
+transactional producer's commits and abort.
 
 Without node or the installed packages these tests skip, except under CI=true where they fail:
 CI must run them.
@@ -124,9 +125,16 @@ def kafkajs_produce(
 
 
 def kafkajs_consume(
-    node: str, bootstrap: str, topic: str, expected: int, group: str | None = None, timeout_s: float = 30
+    node: str,
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    group: str | None = None,
+    timeout_s: float = 30,
+    read_uncommitted: bool = False,
 ) -> list[Rec]:
     spec = {
+        "readUncommitted": read_uncommitted,
         "bootstrap": bootstrap,
         "topic": topic,
         "expected": expected,
@@ -208,3 +216,39 @@ def test_python_produces_kafkajs_reads(node, module_broker, producer, codec):
     PRODUCERS[producer](bs, topic, recs, **config)
     got = kafkajs_consume(node, bs, topic, len(recs))
     assert_same_records(recs, got)
+
+
+@pytest.mark.parametrize("diskless", ["false", "true"])
+def test_read_committed_kafkajs_and_aiokafka(node, module_broker, diskless):  # type: ignore[no-untyped-def]
+    """A librdkafka transactional producer commits, aborts, commits (and leaves one more
+    transaction open): kafkajs (read_committed by default) and aiokafka read_committed see
+    the committed records, in order, and nothing of the aborted or open transactions;
+    read_uncommitted they see every data record."""
+    from confluent_kafka import Producer
+
+    from .clients import consume_aiokafka
+
+    bootstrap = module_broker.bootstrap
+    topic = unique_topic("js-txn")
+    create_topic(bootstrap, topic, partitions=1, configs={"diskless.enable": diskless})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"js-txn-{diskless}", "linger.ms": 5})
+    producer.init_transactions(15)
+    for tag, commit in (("a", True), ("b", False), ("c", True), ("d", None)):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, key=b"k", value=f"{tag}{i}".encode(), partition=0)
+        producer.flush(15)
+        if commit is True:
+            producer.commit_transaction(15)
+        elif commit is False:
+            producer.abort_transaction(15)
+    committed = [f"{t}{i}".encode() for t in "ac" for i in range(3)]
+    everything = [f"{t}{i}".encode() for t in "abcd" for i in range(3)]
+    assert [r.value for r in kafkajs_consume(node, bootstrap, topic, len(committed))] == committed
+    assert [
+        r.value for r in consume_aiokafka(bootstrap, topic, 1, len(committed), isolation_level="read_committed")
+    ] == committed
+    uncommitted = kafkajs_consume(node, bootstrap, topic, len(everything), read_uncommitted=True)
+    assert sorted(r.value for r in uncommitted) == sorted(everything)
+    assert sorted(r.value for r in consume_aiokafka(bootstrap, topic, 1, len(everything))) == sorted(everything)
+    producer.abort_transaction(15)

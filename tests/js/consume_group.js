@@ -1,11 +1,13 @@
 'use strict'
 // node consume_group.js '{"bootstrap": "127.0.0.1:9092", "topic": "t", "group": "g",
-//                         "expected": 40, "timeoutMs": 30000, "settleMs": 500}'
+//                         "expected": 40, "timeoutMs": 30000, "settleMs": 500,
+//                         "readUncommitted": false}'
 // Subscribes in consumer group `group` from the beginning (kafkajs has no manual assignment)
 // and prints each record it reads as a JSON line {partition, offset, key, value, headers,
 // timestamp}, until `expected` records arrived (then `settleMs` more, to catch extras) or the
 // timeout; then {"done": true, "count": n, "timedOut": bool}. Offsets are committed by
-// kafkajs (autoCommit) and the member leaves the group on disconnect.
+// kafkajs (autoCommit) and the member leaves the group on disconnect. kafkajs reads
+// read_committed unless `readUncommitted` is true.
 const { spec, emit, client, b64, headersFromKafkajs, hardDeadline } = require('./lib')
 
 async function main () {
@@ -18,6 +20,7 @@ async function main () {
     sessionTimeout: s.sessionTimeoutMs || 10000,
     heartbeatInterval: 1000,
     maxWaitTimeInMs: 200,
+    readUncommitted: !!s.readUncommitted,
     retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 2000 },
   })
   let count = 0
