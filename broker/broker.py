@@ -389,10 +389,9 @@ class Broker:
         ) and self.clock.monotonic_ms() < deadline:
             await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
         led = self._led_here()
-        moved_at = max(
-            [drained_at]
-            + [self.view.partitions[pid].revision for pid in led_at_start - led if pid in self.view.partitions]
-        )
+        # The latest partition change this broker knows of: it also covers leaderships that
+        # came to it while draining (a dead broker's, with no other in-sync replica) and left.
+        moved_at = max([drained_at, self.view.applied_revision] + [s.revision for s in self.view.partitions.values()])
         behind = await wait_for_peer_views(self.node_id, self.view, self.rpc_pool, moved_at, deadline, self.clock)
         if behind:
             log.warning(

@@ -227,7 +227,14 @@ class Controller:
         try:
             new_revision = await self._store.put(key, value, expected_revision=revision)
         except RevisionConflict:
-            self.wake()  # someone changed it first: look again with the newer state
+            # Someone changed it first: look again with the store's state, not the view's,
+            # which may lag behind (a slow watch) and would only conflict again.
+            current = await self._store.get(key)
+            if current is None:
+                await self._view.apply_delete(key)
+            else:
+                await self._view.apply_put(current)
+            self.wake()
             return
         if self.metrics is not None:
             self.metrics.observe_leader_assignment(before.record if before is not None else None, record)

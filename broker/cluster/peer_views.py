@@ -33,26 +33,28 @@ async def wait_for_peer_views(
     clock: "Clock",
 ) -> list[int]:
     """Wait until each other registered broker has applied `revision`, or `deadline_ms`
-    (on `clock`) passes; return the peers that are behind or did not answer."""
-    behind = {b.node_id for b in view.brokers.values() if b.node_id != node_id and b.rpc_host}
+    (on `clock`) passes; return the peers that are behind or did not answer. A broker that
+    registers meanwhile (restarted, its view still loading) is asked too."""
+    done: set[int] = set()  # confirmed, or gone silent (not asked again)
     unanswered: list[int] = []
-    while behind:
-        for peer in sorted(behind):
+    while True:
+        behind = sorted(b.node_id for b in view.brokers.values() if b.node_id not in done and b.node_id != node_id)
+        for peer in behind:
             registration = view.brokers.get(peer)
-            if registration is None:  # gone: it answers nobody's Metadata
-                behind.discard(peer)
+            if registration is None or not registration.rpc_host:  # gone, or no RPC listener
+                done.add(peer)
                 continue
-            client = pool.get(peer, registration.rpc_host or "", registration.rpc_port)
+            client = pool.get(peer, registration.rpc_host, registration.rpc_port)
             try:
                 answer = await client.call(ViewRevisionRequest(VIEW_REVISION_VERSION), ASK_TIMEOUT_S)
             except RpcError as exc:
                 log.info("controlled shutdown: broker %d did not say its metadata revision (%s)", peer, exc)
-                behind.discard(peer)
+                done.add(peer)
                 unanswered.append(peer)
                 continue
             if isinstance(answer, ViewRevisionResponse) and answer.revision >= revision:
-                behind.discard(peer)
+                done.add(peer)
+        behind = sorted(b.node_id for b in view.brokers.values() if b.node_id not in done and b.node_id != node_id)
         if not behind or clock.monotonic_ms() >= deadline_ms:
-            break
+            return behind + sorted(unanswered)
         await clock.sleep(POLL_S)
-    return sorted(behind) + sorted(unanswered)
