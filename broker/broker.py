@@ -149,7 +149,6 @@ class Broker:
         self.replica_service = ReplicaFetchService(
             self.catalog, self.replica_manager, self.waiters, self.isr, self.clock
         )
-        self.read_service = ReplicaReadService(self.catalog, self.replica_manager, self.waiters)
         self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
         self.metrics.leader_partitions.set_function(
             lambda: sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None)
@@ -211,6 +210,10 @@ class Broker:
             on_miss=lambda n: self.metrics.cache_requests.labels("miss").inc(),
         )
         self.metrics.cache_bytes.set_function(lambda: self.cache.size_bytes)
+        self.tiered_reader = TieredReader(
+            env.objects, lambda: self.cluster_id, self.cache, on_get=self.metrics.tiered_read_bytes.inc
+        )
+        self.read_service = ReplicaReadService(self.catalog, self.replica_manager, self.waiters, self.tiered_reader)
         self.committer = LocalCommitter(
             self.catalog,
             self.replica_manager,
@@ -260,9 +263,6 @@ class Broker:
             clock=self.clock,
             metrics=self.metrics,
             new_uuid=env.new_uuid,
-        )
-        self.tiered_reader = TieredReader(
-            env.objects, lambda: self.cluster_id, self.cache, on_get=self.metrics.tiered_read_bytes.inc
         )
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader

@@ -5,7 +5,9 @@ The batches' bytes are read with coalesced ranged GETs (batches of one WAL objec
 close together share one request, as on the fetch path); each batch is the committed 61-byte
 header from the plan followed by the object's bytes after the first 61, so offsets, leader
 epochs and LogAppendTime stamps are exactly what a fetch serves. Every batch is checked
-(batchLength against the coordinates, CRC32C against the header) before it is written.
+(batchLength against the coordinates, CRC32C against the header) before it is written. The
+plan's aborted transactions become the segment's `.txnindex` (Kafka's layout), written only
+when there are any, as KIP-405's optional transaction index; the manifest says which.
 
 Files are written under the segment's stem, the result manifest last: until the manifest
 exists the segment does not exist for anyone, and a re-run writes the same keys with the same
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 import crc32c
 
+from broker.log.txn_index import AbortedTxn, TxnIndexCorruptError, decode_entries, encode_entries
 from broker.objectstore.store import ObjectReader, ObjectStore
 from broker.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, OFFSET_ATTRIBUTES, parse_header
 from tiering.plan import MANIFEST_VERSION, FileInfo, PlannedBatch, RangePlan, SegmentManifest, encode_manifest
@@ -85,6 +88,19 @@ def _batch(planned: PlannedBatch, body: memoryview | None) -> bytes:
     return planned.header + bytes(body[BATCH_HEADER_SIZE:])
 
 
+def _txn_index(planned: RangePlan) -> bytes:
+    """The `.txnindex` of the range, checked as a reader will check it (markers in the range,
+    in order)."""
+    data = encode_entries(
+        [AbortedTxn(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset) for t in planned.aborted_txns]
+    )
+    try:
+        decode_entries(data, planned.base_offset, planned.next_offset)
+    except TxnIndexCorruptError as exc:
+        raise AssemblyError(f"aborted transactions of the plan: {exc}") from None
+    return data
+
+
 async def assemble_range(
     store: ObjectStore,
     cluster_id: str,
@@ -114,6 +130,8 @@ async def assemble_range(
         ),
         SegmentFile.LEADER_EPOCH_CHECKPOINT: encode_leader_epoch_checkpoint(planned.epochs),
     }
+    if planned.aborted_txns:
+        files[SegmentFile.TXN_INDEX] = _txn_index(planned)
 
     def key(file: SegmentFile) -> str:
         return format_tiered_segment_key(
@@ -139,6 +157,7 @@ async def assemble_range(
         max_timestamp_ms=indexes.max_timestamp,
         leader_epochs=planned.epochs,
         files={f.value: FileInfo(len(data), crc32c.crc32c(data)) for f, data in files.items()},
+        txn_index_empty=SegmentFile.TXN_INDEX not in files,
     )
     await store.put(key(SegmentFile.MANIFEST), encode_manifest(manifest))
     return manifest

@@ -5,8 +5,9 @@ A plan is one object in the store (msgpack, with a version) listing ranges: per 
 partition, the offsets [base_offset, next_offset), the planning leader's epoch, the segment id
 the job must use, the leader-epoch lineage and the producer state at the range end, and per
 batch its authoritative 61-byte header plus where its bytes are (a WAL object range), or the
-whole batch inline for batches the partition log holds itself (markers). Everything the job
-needs is in the plan: it never talks to a broker.
+whole batch inline for batches the partition log holds itself (markers), and (version 2) the
+aborted transactions whose ABORT marker lies in the range, which the job writes as the
+segment's `.txnindex`. Everything the job needs is in the plan: it never talks to a broker.
 
 A result manifest (JSON, one per segment, written after every other file of the segment) is
 what makes a segment exist for the leader: a job that dies half-way leaves no manifest, and a
@@ -19,7 +20,8 @@ import uuid
 
 import msgspec
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: aborted_txns; a job refuses a newer plan rather than drop its transaction index
+MIN_PLAN_VERSION = 1  # a version-1 plan (planned before the upgrade) reads with no aborted transactions
 MANIFEST_VERSION = 1
 _PLAN_MAGIC = b"SHTP"
 
@@ -48,6 +50,15 @@ class ProducerState(msgspec.Struct, array_like=True, frozen=True):
     timestamp_ms: int
 
 
+class PlannedAbortedTxn(msgspec.Struct, array_like=True, frozen=True):
+    """One entry of the segment's `.txnindex` (broker/log/txn_index.py AbortedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the ABORT marker's offset, in the range
+    last_stable_offset: int
+
+
 class RangePlan(msgspec.Struct, frozen=True):
     topic: str
     topic_id: str
@@ -60,6 +71,7 @@ class RangePlan(msgspec.Struct, frozen=True):
     epochs: list[tuple[int, int]]  # (epoch, start offset), the lineage up to next_offset
     producers: list[ProducerState]
     batches: list[PlannedBatch]
+    aborted_txns: list[PlannedAbortedTxn] = []  # in marker order; none in a version-1 plan
 
     @property
     def size_bytes(self) -> int:
@@ -99,7 +111,7 @@ class SegmentManifest(msgspec.Struct, frozen=True):
     max_timestamp_ms: int
     leader_epochs: list[tuple[int, int]]
     files: dict[str, FileInfo]  # suffix (".log", ...) -> size and CRC32C
-    txn_index_empty: bool = True
+    txn_index_empty: bool = True  # no ".txnindex" file (KIP-405: the index is optional)
 
 
 _PLAN_ENCODER = msgspec.msgpack.Encoder()
@@ -124,8 +136,10 @@ def decode_plan(data: bytes) -> Plan:
         plan = _PLAN_DECODER.decode(data[4:])
     except msgspec.DecodeError as exc:
         raise PlanFormatError(f"unreadable tiering plan: {exc}") from None
-    if plan.version != PLAN_VERSION:
-        raise PlanFormatError(f"tiering plan version {plan.version} is not supported (this code reads {PLAN_VERSION})")
+    if not MIN_PLAN_VERSION <= plan.version <= PLAN_VERSION:
+        raise PlanFormatError(
+            f"tiering plan version {plan.version} is not supported (this code reads {MIN_PLAN_VERSION}..{PLAN_VERSION})"
+        )
     return plan
 
 

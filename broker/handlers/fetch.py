@@ -12,9 +12,10 @@ committed) followed by the object's bytes after the first 61.
 
 isolation_level READ_COMMITTED (1) reads up to the partition's last stable offset instead of
 its high watermark, and answers the aborted transactions overlapping the returned range
-(the partition's aborted-transaction index, log/txn_index.py); every replica that serves
-fetches keeps its own LSO (from its producer state and the high watermark it knows), and a
-replica read for a broker without a replica carries both (routing/read_service.py).
+(the partition's aborted-transaction index, log/txn_index.py, and below the local log the
+tiered segments' indexes, offload/reader.py); every replica that serves fetches keeps its
+own LSO (from its producer state and the high watermark it knows), and a replica read for a
+broker without a replica carries both (routing/read_service.py).
 Transaction markers are ordinary control batches in the log: served, and skipped by clients.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -188,6 +189,8 @@ def _read_all(
                     if read.error_code:  # answered by a replica elsewhere
                         raise ApiError(ErrorCode(read.error_code), "remote replica read failed")
                     entries = _within(read.entries, limit, first_batch_pending)
+                    high_watermark, log_start_offset = read.high_watermark, read.log_start_offset
+                    stable = read.last_stable_offset if read.last_stable_offset >= 0 else high_watermark
                     if read.tiered is not None:  # read the segment here, in this broker's AZ
                         tiered = TieredRead(
                             str(topic.topic_id),
@@ -196,19 +199,25 @@ def _read_all(
                             fetch_partition.fetch_offset,
                             limit,
                             first_batch_pending,
+                            stable if read_committed else None,
+                            aborted=read.aborted,
                         )
-                    high_watermark, log_start_offset = read.high_watermark, read.log_start_offset
-                    stable = read.last_stable_offset if read.last_stable_offset >= 0 else high_watermark
                     if read_committed:
                         entries = [e for e in entries if e.base_offset < stable]
                         if entries:
                             upper = entries[-1].last_offset + 1
-                            aborted = [(pid, first) for pid, first, last in read.aborted if first < upper]
+                            aborted = _starting_below(read.aborted, upper)
                 else:
                     partition = fetch_replica(broker, topic, index)
                     check_leader_epoch(fetch_partition.current_leader_epoch, partition.leader_epoch)
-                    tiered = _tiered(partition, fetch_partition.fetch_offset, limit, first_batch_pending)
                     stable = partition.last_stable_offset
+                    tiered = _tiered(
+                        partition,
+                        fetch_partition.fetch_offset,
+                        limit,
+                        first_batch_pending,
+                        stable if read_committed else None,
+                    )
                     entries = (
                         []
                         if tiered
@@ -275,32 +284,64 @@ class TieredRead:
     offset: int
     limit: int
     first_batch_whole: bool
+    stable: int | None  # read_committed: the last stable offset (None: read_uncommitted)
+    partition: Partition | None = None  # hosted here: the aborted transactions from its indexes
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)  # else the replica's answer
 
 
-def _tiered(partition: Partition, offset: int, limit: int, first_batch_pending: bool) -> TieredRead | None:
+def _tiered(
+    partition: Partition, offset: int, limit: int, first_batch_pending: bool, stable: int | None
+) -> TieredRead | None:
     if offset >= partition.log.log_start_offset:
         return None
     segment = partition.remote_segments.segment_for(offset)
     if segment is None:
         return None
-    return TieredRead(partition.topic_id, partition.index, segment, offset, limit, first_batch_pending)
+    return TieredRead(
+        partition.topic_id, partition.index, segment, offset, limit, first_batch_pending, stable, partition
+    )
 
 
 async def _read_tiered(broker: HandlerContext, response: Any, read: TieredRead) -> None:
-    """Fill a partition's records from its tiered segment (KIP-74 sizing as for local reads)."""
+    """Fill a partition's records from its tiered segment (KIP-74 sizing as for local reads),
+    for read_committed up to the last stable offset, with the aborted transactions of what it
+    serves."""
     try:
         batches = await broker.tiered_reader.read(
             read.topic_id, read.index, read.segment, read.offset, max(read.limit, 0)
         )
+        if read.stable is not None:
+            batches = [b for b in batches if b[0].base_offset < read.stable]
+        if batches and not read.first_batch_whole and batches[0][0].size > read.limit:
+            batches = []
+        if read.stable is not None and batches:
+            response.aborted_transactions = [
+                _Aborted(producer_id=p, first_offset=f)
+                for p, f in await _tiered_aborted(broker, read, batches[-1][0].last_offset + 1)
+            ]
     except Exception as exc:  # noqa: BLE001 - the store's errors or a damaged segment: this partition only
         logger.warning(
             "fetch of partition %d could not read tiered segment %s: %s", read.index, read.segment.segment_id, exc
         )
         response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         return
-    if batches and not read.first_batch_whole and batches[0][0].size > read.limit:
-        batches = []
     response.records = b"".join(view for _header, view in batches)
+
+
+async def _tiered_aborted(broker: HandlerContext, read: TieredRead, upper: int) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions overlapping [offset, upper): from
+    the hosted partition's tiered and local indexes, or from what the replica answered (for
+    the whole segment: only those that start below `upper`)."""
+    if read.partition is None:
+        return _starting_below(read.aborted, upper)
+    found = await broker.tiered_reader.aborted_transactions(read.partition, read.offset, upper)
+    return [(t.producer_id, t.first_offset) for t in found]
+
+
+def _starting_below(aborted: list[tuple[int, int, int]], upper: int) -> list[tuple[int, int]]:
+    """(producer id, first offset) of a replica's aborted transactions that start below
+    `upper`: it answered for a range that may reach further than what is served."""
+    return [(pid, first) for pid, first, _last in aborted if first < upper]
 
 
 def _read_local(partition: Partition, offset: int, limit: int, first_batch_pending: bool, upper: int) -> list[LogEntry]:

@@ -56,6 +56,7 @@ class RemoteSegmentEvent(msgspec.Struct, array_like=True, frozen=True):
     plan_id: str = ""
     index_bytes: int = 0  # sizes of the .index and .timeindex files: a reader GETs them whole
     time_index_bytes: int = 0
+    txn_index_bytes: int = 0  # size of the .txnindex, GET whole too; 0: the segment has none
 
 
 _ENCODER = msgspec.msgpack.Encoder()

@@ -64,6 +64,7 @@ class RemoteSegment(msgspec.Struct):
     plan_id: str
     index_bytes: int = 0
     time_index_bytes: int = 0
+    txn_index_bytes: int = 0  # 0: no aborted transaction has its marker in the segment
 
     @property
     def next_offset(self) -> int:
@@ -240,6 +241,7 @@ class RemoteSegments:
                 return
             current.size_bytes, current.max_timestamp_ms = event.size_bytes, event.max_timestamp_ms
             current.index_bytes, current.time_index_bytes = event.index_bytes, event.time_index_bytes
+            current.txn_index_bytes = event.txn_index_bytes
         if event.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED:
             self._segments.pop(event.segment_id, None)
             return

@@ -25,8 +25,10 @@ from a snapshot at or below that segment and replays the log from there
 aborted): its segments get empty files.
 
 The in-memory copy (a few entries per segment) answers fetches without reading the files.
-Tiered segments do not carry their index yet (KIP-405's `TRANSACTION_INDEX`): a note for
-the tiering of transactional topics.
+A tiered segment carries the entries whose marker lies in its range as its own `.txnindex`
+(KIP-405's `TRANSACTION_INDEX`, `markers_in` when planned), so the index outlives the local
+segment; reads below the local log walk the tiered indexes, then this one
+(broker/offload/reader.py).
 """
 
 from __future__ import annotations
@@ -196,6 +198,11 @@ class TxnIndex:
     def all_entries(self) -> list[AbortedTxn]:
         return [t for base in self._bases for t in self._entries[base]]
 
+    def markers_in(self, base_offset: int, next_offset: int) -> list[AbortedTxn]:
+        """The entries whose ABORT marker lies in [base_offset, next_offset): the index of a
+        tiered segment of that range, whatever the local segment boundaries."""
+        return [t for t in self.all_entries() if base_offset <= t.last_offset < next_offset]
+
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset): from the
         segment holding `fetch_offset` on, until an entry's last stable offset reaches the
@@ -203,12 +210,23 @@ class TxnIndex:
         out: list[AbortedTxn] = []
         start = max(bisect.bisect_right(self._bases, fetch_offset) - 1, 0)
         for base in self._bases[start:]:
-            for txn in self._entries[base]:
-                if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
-                    out.append(txn)
-                if txn.last_stable_offset >= upper_bound_offset:
-                    return out
+            if collect_overlapping(self._entries[base], fetch_offset, upper_bound_offset, out):
+                break
         return out
+
+
+def collect_overlapping(
+    entries: list[AbortedTxn], fetch_offset: int, upper_bound_offset: int, out: list[AbortedTxn]
+) -> bool:
+    """Add to `out` the entries of one segment's index (local or tiered) that overlap
+    [fetch_offset, upper_bound_offset); True once an entry's last stable offset reaches the
+    upper bound: no later segment can hold an overlapping one (Kafka's TxnIndexSearchResult)."""
+    for txn in entries:
+        if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+            out.append(txn)
+        if txn.last_stable_offset >= upper_bound_offset:
+            return True
+    return False
 
 
 def _names(directory: Path) -> list[str]:

@@ -1,5 +1,6 @@
 """Which ranges of a led partition are ready to offload, and the plan of each (pure reads of
-the partition: its sealed local segments, entries, epochs and producer snapshots).
+the partition: its sealed local segments, entries, epochs, producer snapshots and
+aborted-transaction index).
 
 A range is a sealed local segment, or the part of one above what is already tiered (a new
 leader's segment boundaries need not match the old leader's), entirely below the high
@@ -17,7 +18,7 @@ from broker.log.coordinates import decode_ref
 from broker.log.markers import RemoteSegmentState
 from broker.partition import Partition
 from broker.producers import snapshot as snapshots
-from tiering.plan import PlannedBatch, ProducerState, RangePlan, segment_id_for
+from tiering.plan import PlannedAbortedTxn, PlannedBatch, ProducerState, RangePlan, segment_id_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,8 @@ def backlog_bytes(partition: Partition, now_ms: int) -> int:
 
 def plan_range(partition: Partition, ready: ReadyRange, plan_id: str) -> RangePlan:
     """The plan of one ready range: every batch's committed header and location, the epoch
-    lineage and the producer state at the range end."""
+    lineage, the producer state at the range end and the aborted transactions whose marker is
+    in the range (the segment's `.txnindex`: local retention deletes the local one)."""
     batches: list[PlannedBatch] = []
     headers = []
     for entry in partition.log.iter_entries(ready.base_offset):
@@ -90,6 +92,10 @@ def plan_range(partition: Partition, ready: ReadyRange, plan_id: str) -> RangePl
         epochs=epochs,
         producers=producer_state_at(partition, ready.next_offset),
         batches=batches,
+        aborted_txns=[
+            PlannedAbortedTxn(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+            for t in partition.txn_index.markers_in(ready.base_offset, ready.next_offset)
+        ],
     )
 
 

@@ -6,6 +6,11 @@ cache like WAL objects, single flight across concurrent readers), and returns
 the complete batches from the one holding the offset, KIP-74-sized: the first batch whole,
 then up to `max_bytes`. No record is decoded. Any broker that reaches the store can read: a
 follower or a stateless broker serves its own AZ without a byte crossing zones.
+
+For read_committed, the aborted transactions of a range below the local log come from the
+tiered segments' `.txnindex` files (GET whole once, cached; never for a segment whose marker
+says it has none), from the segment holding the fetch offset on, then from the local index,
+as Kafka's RemoteLogManager.collectAbortedTransactions.
 """
 
 from __future__ import annotations
@@ -13,13 +18,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from broker.diskless.cache import ObjectCache
 from broker.log.remote_segments import RemoteSegment
+from broker.log.txn_index import AbortedTxn, TxnIndexCorruptError, collect_overlapping, decode_entries
 from broker.objectstore.store import ObjectReader
 from broker.protocol.batch import BatchHeader
 from tiering.segment import lookup_position, lookup_timestamp, split_log
 from walfiles.keys import SegmentFile, format_tiered_segment_key
+
+if TYPE_CHECKING:
+    from broker.partition import Partition
 
 BLOCK_BYTES = 8 << 20  # a .log is read in aligned blocks of this size, each GET once and cached
 MIN_READ_BYTES = 256 << 10  # what a read asks for at least, from the batch holding its offset
@@ -131,6 +141,34 @@ class TieredReader:
             if size >= max_bytes:
                 return found
         return found
+
+    async def txn_index(self, topic_id: str, partition: int, segment: RemoteSegment) -> list[AbortedTxn]:
+        """The entries of a segment's `.txnindex` (none without a GET when it has no file)."""
+        if not segment.txn_index_bytes:
+            return []
+        key = self.key(topic_id, partition, segment, SegmentFile.TXN_INDEX)
+        data = await self._get(key, 0, segment.txn_index_bytes)
+        try:
+            return decode_entries(bytes(data), segment.base_offset, segment.next_offset)
+        except TxnIndexCorruptError as exc:
+            raise TieredReadError(f"{key}: {exc}") from None
+
+    async def aborted_transactions(self, partition: Partition, fetch_offset: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper), `fetch_offset` below
+        the local log: the tiered indexes from the segment holding it up to the local log
+        (the local index has the rest), then the local index; each once."""
+        found: list[AbortedTxn] = []
+        local_start = partition.log.log_start_offset
+        for segment in partition.remote_segments.readable:
+            if segment.base_offset >= local_start:
+                break
+            if segment.end_offset < fetch_offset:
+                continue
+            entries = await self.txn_index(partition.topic_id, partition.index, segment)
+            if collect_overlapping(entries, fetch_offset, upper, found):
+                return found
+        found += partition.aborted_transactions(fetch_offset, upper)
+        return list(dict.fromkeys(found))  # a segment both tiered and local lists its entries twice
 
     async def offset_for_timestamp(
         self, topic_id: str, partition: int, segment: RemoteSegment, timestamp_ms: int

@@ -448,6 +448,7 @@ class OffloadService:
             manifest.plan_id,
             manifest.files[SegmentFile.OFFSET_INDEX.value].size,
             manifest.files[SegmentFile.TIME_INDEX.value].size,
+            0 if manifest.txn_index_empty else manifest.files[SegmentFile.TXN_INDEX.value].size,
         )
         try:
             partition.append_marker(event)
@@ -476,11 +477,12 @@ class OffloadService:
             return "the job wrote no result manifest"
         except (ObjectStoreError, PlanFormatError) as exc:
             return f"unreadable result manifest: {exc}"
-        if (manifest.base_offset, manifest.end_offset, manifest.segment_id) != (
+        if (manifest.base_offset, manifest.end_offset, manifest.segment_id, manifest.txn_index_empty) != (
             planned.base_offset,
             planned.next_offset - 1,
             planned.segment_id,
-        ):
+            not planned.aborted_txns,
+        ) or (not manifest.txn_index_empty and SegmentFile.TXN_INDEX.value not in manifest.files):
             return "the result manifest does not match the plan"
         return manifest
 

@@ -2,8 +2,11 @@
 not host (a stateless broker, or any broker representing the partition in its AZ) asks a
 replica in its own AZ for the committed entries of an offset range, then reads the batches
 from its object cache or the object store. Below the replica's local log, the answer is the
-tiered segment holding the offset, which the asking broker reads from the store itself. Only partition-log entries (about 120 bytes per
-batch) travel between brokers; record bytes never do. Long-polls like a consumer fetch.
+tiered segment holding the offset, which the asking broker reads from the store itself, with
+the replica's last stable offset and, for read_committed, the aborted transactions
+overlapping the rest of that segment (from the tiered and local indexes, offload/reader.py).
+Only partition-log entries (about 120 bytes per batch) travel between brokers; record bytes
+never do. Long-polls like a consumer fetch.
 
 A replica that is not the leader serves only the offsets it holds, up to its high
 watermark; for an offset outside its log it answers OFFSET_NOT_AVAILABLE and the asking
@@ -17,6 +20,8 @@ import uuid
 from typing import TYPE_CHECKING
 
 from ..log.remote_segments import encode_segment
+from ..objectstore.store import ObjectStoreError
+from ..offload.reader import TieredReadError
 from ..protocol.errors import ApiError, ErrorCode
 from ..reads.replica_policy import holds, is_authoritative
 from ..reads.resolver import SERVED_KINDS
@@ -30,16 +35,20 @@ from .messages import (
 )
 
 if TYPE_CHECKING:
+    from ..offload.reader import TieredReader
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
     from ..waiters import FetchWaiters
 
 
 class ReplicaReadService:
-    def __init__(self, catalog: "TopicCatalog", replicas: "ReplicaManager", waiters: "FetchWaiters") -> None:
+    def __init__(
+        self, catalog: "TopicCatalog", replicas: "ReplicaManager", waiters: "FetchWaiters", tiered: "TieredReader"
+    ) -> None:
         self._catalog = catalog
         self._replicas = replicas
         self._waiters = waiters
+        self._tiered = tiered
         self.stopping = False
 
     async def handle(self, request: ReplicaReadRequest) -> ReplicaReadResponse:
@@ -48,9 +57,9 @@ class ReplicaReadService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
         while True:
-            results = [self._read(wanted) for wanted in request.partitions]
+            results = await asyncio.gather(*(self._read(wanted) for wanted in request.partitions))
             remaining = deadline - loop.time()
-            if remaining <= 0 or self.stopping or any(r.entries or r.error_code for r in results):
+            if remaining <= 0 or self.stopping or any(r.entries or r.tiered or r.error_code for r in results):
                 return ReplicaReadResponse(ROUTING_VERSION, results)
             keys = [(self._name(p), p.partition) for p in request.partitions]
             await self._waiters.wait(keys, remaining)
@@ -59,7 +68,7 @@ class ReplicaReadService:
         topic = self._catalog.by_id(uuid.UUID(wanted.topic_id))
         return topic.name if topic is not None else ""
 
-    def _read(self, wanted: ReadPartition) -> ReadResult:
+    async def _read(self, wanted: ReadPartition) -> ReadResult:
         log = None
         try:
             partition = self._replicas.get(self._name(wanted), wanted.partition)
@@ -67,6 +76,16 @@ class ReplicaReadService:
             hw = log.high_watermark
             segment = partition.remote_segments.segment_for(wanted.fetch_offset)
             if segment is not None and wanted.fetch_offset < log.log_start_offset:
+                stable = partition.last_stable_offset
+                aborted = []
+                if wanted.isolation_level == READ_COMMITTED:
+                    try:
+                        found = await self._tiered.aborted_transactions(
+                            partition, wanted.fetch_offset, segment.next_offset
+                        )
+                    except (ObjectStoreError, TieredReadError) as exc:
+                        raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+                    aborted = [(t.producer_id, t.first_offset, t.last_offset) for t in found]
                 return ReadResult(
                     wanted.topic_id,
                     wanted.partition,
@@ -74,6 +93,8 @@ class ReplicaReadService:
                     hw,
                     partition.log_start_offset,
                     tiered=encode_segment(segment),
+                    last_stable_offset=stable,
+                    aborted=aborted,
                 )
             if not holds(partition, wanted.fetch_offset):
                 if not is_authoritative(partition):  # only the leader knows whether the offset is valid

@@ -2,7 +2,9 @@
 mode, a subprocess of the broker) that assemble old ranges of a diskless topic into Kafka
 segments; consumers of three clients read every record from the earliest offset across
 tiered segments, WAL coordinates and the active log; the tiered ranges' WAL objects are
-reclaimed; a broker killed mid-job loses nothing and the range commits once after restart."""
+reclaimed; a broker killed mid-job loses nothing and the range commits once after restart.
+Tiered segments carry their aborted-transaction index: read_committed consumers of a tiered
+range skip aborted transactions."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.log.txn_index import decode_entries
 from tests.etcd_server import require_etcd_binary
 from tests.gates import require_spark
 from tests.tiering.kafka_segment_reader import check_segment
@@ -26,12 +29,17 @@ from .clients import (
     consume_aiokafka,
     consume_confluent,
     consume_kafka_python,
+    RawConnection,
+    api_versions,
+    build_batch,
     kp_admin,
     list_offsets_kafka_python,
     make_records,
     produce_kafka_python,
+    raw_produce,
 )
 from .harness import wait_until
+from .test_transactions import UNVERIFIED, Txn, check_reads, latest
 
 pytestmark = pytest.mark.integration
 
@@ -61,10 +69,10 @@ def scrape(metrics_port: int, name: str) -> float:
     )
 
 
-def tiered_broker(broker_factory, moto_server, name: str, prefix: str):
+def tiered_broker(broker_factory, moto_server, name: str, prefix: str, extra_args: tuple[str, ...] = ()):
     url = f"s3://{moto_server.bucket}/{prefix}?endpoint=http://127.0.0.1:{moto_server.port}&region=us-east-1"
     extra = ["--object-store", url] + [arg for k, v in SETTINGS.items() for arg in ("--set", f"{k}={v}")]
-    return broker_factory(name, extra_args=extra)
+    return broker_factory(name, extra_args=extra + list(extra_args))
 
 
 def s3_keys(moto_server, prefix: str) -> list[str]:
@@ -127,17 +135,40 @@ def assert_all_in_order(sent: list[Rec], got: list[Rec], client: str) -> None:
         assert offsets == sorted(set(offsets)), f"{client}: partition {p}: offsets not increasing"
 
 
+def produce_transactions(bootstrap: str, topic: str) -> tuple[Txn, Txn, list[bytes], int]:
+    """A committed and an aborted transaction interleaved over several small segments (the
+    aborted one starts segments before its ABORT marker), then plain batches that seal the
+    marker's segment. Returns both transactions, the plain values and the offset after the
+    markers."""
+    with RawConnection(bootstrap) as conn:
+        versions = api_versions(bootstrap)
+        committed, aborted = Txn(conn, versions, topic, "c"), Txn(conn, versions, topic, "a")
+        for _ in range(4):
+            committed.send(40)
+            aborted.send(40)
+        assert committed.end(commit=True) == 0 and aborted.end(commit=False) == 0
+        after_markers = latest(conn, versions, topic, 0)
+        plain: list[bytes] = []
+        for i in range(8):
+            values = [f"p-{i}-{j}".encode() for j in range(40)]
+            assert raw_produce(conn, versions, topic, 0, build_batch([(b"k", v) for v in values]))[0] == 0
+            plain += values
+    return committed, aborted, plain, after_markers
+
+
 def test_tiered_topic_reads_across_tiers_and_reclaims_wal_objects(broker_factory, moto_server) -> None:
     require_spark()
     prefix = f"tiering-{uuid.uuid4().hex[:6]}"
-    broker = tiered_broker(broker_factory, moto_server, "tiered", prefix)
+    broker = tiered_broker(broker_factory, moto_server, "tiered", prefix, tuple(UNVERIFIED))
     create(broker.bootstrap, "tiered", 2, TOPIC)
+    create(broker.bootstrap, "tiered-txn", 1, {**TOPIC, "segment.bytes": "2048"})
+    committed, aborted, plain, after_markers = produce_transactions(broker.bootstrap, "tiered-txn")
     old = make_records(2400, partitions=2, base_ts=int(time.time() * 1000) - 600_000, tag="old")
     produce_in_batches(broker.bootstrap, "tiered", old)
     wal_peak = len([k for k in s3_keys(moto_server, prefix) if "/wal/" in k])
 
-    wait_until(
-        lambda: scrape(broker.metrics_port, "shoal_tiering_segments_total") >= 4,  # two per partition
+    wait_until(  # two per partition ("tiered-txn" tiers its small segments too)
+        lambda: sum(r["tiered_segments"] for r in tiering_status(broker.bootstrap) if r["topic"] == "tiered") >= 4,
         120,
         interval_s=1,
         what="tiered segments committed",
@@ -158,7 +189,8 @@ def test_tiered_topic_reads_across_tiers_and_reclaims_wal_objects(broker_factory
     keys = s3_keys(moto_server, prefix)
     manifests = [k for k in keys if k.endswith(".manifest")]
     assert len(manifests) >= 4
-    stem = manifests[0][: -len(".manifest")]
+    # one of "tiered" (partition 1: "tiered-txn" has one); its producers never open transactions
+    stem = next(k for k in manifests if json.loads(s3_get(moto_server, k))["partition"] == 1)[: -len(".manifest")]
     base_offset = int(stem.rsplit("/", 1)[1].split("-", 1)[0])
     files = {
         suffix: s3_get(moto_server, stem + suffix)
@@ -188,6 +220,26 @@ def test_tiered_topic_reads_across_tiers_and_reclaims_wal_objects(broker_factory
         what=f"WAL objects of tiered ranges reclaimed (peak {wal_peak})",
     )
     assert scrape(broker.metrics_port, "shoal_tiering_jobs_total") >= 1
+
+    # Transactions in a tiered range: the ABORT marker's segment is tiered and dropped
+    # locally, and read_committed consumers still skip the aborted records
+    wait_until(
+        lambda: any(
+            r["topic"] == "tiered-txn" and r["local_start"] >= after_markers for r in tiering_status(broker.bootstrap)
+        ),
+        120,
+        interval_s=1,
+        what="the transactions' segments tiered and dropped locally",
+    )
+    txn_indexes = [k for k in s3_keys(moto_server, prefix) if k.endswith(".txnindex")]
+    entries = [(t.producer_id, t.first_offset) for k in txn_indexes for t in decode_entries(s3_get(moto_server, k))]
+    assert entries == [(aborted.producer_id, 40)], "one tiered .txnindex: the abort (offsets 40.. after 0..39)"
+    check_reads(
+        broker.bootstrap,
+        "tiered-txn",
+        committed.values + plain,
+        committed.values + aborted.values + plain,
+    )
 
 
 def shoal(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

@@ -8,15 +8,29 @@ import asyncio
 import struct
 import uuid
 
+import crc32c
 import msgspec
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.log.markers import RemoteSegmentEvent, RemoteSegmentState, encode_marker
+from broker.log.txn_index import AbortedTxn, decode_entries
 from broker.objectstore import MemoryObjectStore
 from tests.tiering.kafka_segment_reader import check_segment, read_leader_epoch_checkpoint, read_producer_snapshot
 from tiering.assemble import AssemblyError, assemble_range
-from tiering.plan import PlannedBatch, ProducerState, RangePlan, decode_manifest, segment_id_for
+from tiering.plan import (
+    FileInfo,
+    Plan,
+    PlanFormatError,
+    PlannedAbortedTxn,
+    PlannedBatch,
+    ProducerState,
+    RangePlan,
+    decode_manifest,
+    decode_plan,
+    encode_plan,
+    segment_id_for,
+)
 from tiering.segment import lookup_position, split_log
 from walfiles.keys import SegmentFile, format_tiered_segment_key, wal_prefix
 
@@ -166,3 +180,48 @@ def test_index_lookup_finds_every_batch() -> None:
             assert start <= position
             found = next(h for p, h in split_log(files[SegmentFile.LOG], start) if h.last_offset >= offset)
             assert found.base_offset == header.base_offset
+
+
+def test_aborted_transactions_become_the_segments_txnindex() -> None:
+    """Kafka's .txnindex layout (34-byte entries), listed in the manifest with its size and
+    CRC32C; without aborted transactions there is no file and the manifest says so."""
+    store = MemoryObjectStore()
+    plan, _ = _scenario(store)
+    aborts = [PlannedAbortedTxn(5, BASE, BASE + 8, BASE + 9), PlannedAbortedTxn(6, BASE + 3, BASE + 20, BASE + 21)]
+    manifest = asyncio.run(assemble_range(store, CLUSTER, "p1", msgspec.structs.replace(plan, aborted_txns=aborts)))
+    key = format_tiered_segment_key(
+        "", CLUSTER, uuid.UUID(TOPIC_ID), 3, BASE, uuid.UUID(plan.segment_id), SegmentFile.TXN_INDEX
+    )
+    data = asyncio.run(store.get(key))
+    assert data == struct.pack(">hqqqq", 0, 5, BASE, BASE + 8, BASE + 9) + struct.pack(
+        ">hqqqq", 0, 6, BASE + 3, BASE + 20, BASE + 21
+    )
+    assert decode_entries(data, BASE, plan.next_offset) == [AbortedTxn(*msgspec.structs.astuple(t)) for t in aborts]
+    assert not manifest.txn_index_empty
+    assert manifest.files[".txnindex"] == FileInfo(len(data), crc32c.crc32c(data))
+
+    plain = MemoryObjectStore()
+    plan, _ = _scenario(plain)
+    manifest = asyncio.run(assemble_range(plain, CLUSTER, "p1", plan))
+    assert manifest.txn_index_empty and ".txnindex" not in manifest.files
+    assert not any(k.endswith(".txnindex") for k in asyncio.run(_keys(plain)))
+
+
+def test_an_abort_outside_the_range_fails_the_segment() -> None:
+    store = MemoryObjectStore()
+    plan, _ = _scenario(store)
+    outside = [PlannedAbortedTxn(5, BASE, plan.next_offset, plan.next_offset + 1)]  # its marker is past the range
+    with pytest.raises(AssemblyError, match="outside the segment"):
+        asyncio.run(assemble_range(store, CLUSTER, "p1", msgspec.structs.replace(plan, aborted_txns=outside)))
+
+
+def test_a_version_1_plan_reads_with_no_aborted_transactions() -> None:
+    """A plan written before the upgrade (no `aborted_txns`) still runs; a newer one is refused."""
+    store = MemoryObjectStore()
+    plan, _ = _scenario(store)
+    old = msgspec.msgpack.decode(encode_plan(Plan(1, "p1", CLUSTER, 1, 0, [plan]))[4:])
+    del old["ranges"][0]["aborted_txns"]
+    decoded = decode_plan(b"SHTP" + msgspec.msgpack.encode(old))
+    assert decoded.version == 1 and decoded.ranges[0].aborted_txns == []
+    with pytest.raises(PlanFormatError, match="version 3"):
+        decode_plan(encode_plan(Plan(3, "p1", CLUSTER, 1, 0, [plan])))

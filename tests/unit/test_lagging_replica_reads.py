@@ -12,9 +12,11 @@ from types import SimpleNamespace
 import msgspec
 
 from broker.cluster.view import PartitionState
+from broker.diskless.cache import ObjectCache
 from broker.handlers import fetch
 from broker.metadata.records import BrokerRecord, PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
+from broker.offload.reader import TieredReader
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
 from broker.reads.replica_policy import forward_target
@@ -28,6 +30,11 @@ from tests.unit.test_wal_writer import TOPIC_ID, Rig
 
 LEADER, FOLLOWER, READER = 0, 1, 2  # brokers, all in az1
 STATE = PartitionStateRecord(1, [LEADER, FOLLOWER], LEADER, 0, [LEADER, FOLLOWER])
+
+
+def no_tiers() -> TieredReader:
+    """A tiered reader over an empty store: these partitions have no tiered segments."""
+    return TieredReader(MemoryObjectStore(), lambda: "c", ObjectCache(0))
 
 
 class Peers:
@@ -87,7 +94,7 @@ async def cluster(tmp_path: Path) -> tuple[Rig, Partition, Peers]:
     for node, hosted in hosted_by.items():
         replicas = SimpleNamespace(get=lambda name, index, hosted=hosted: hosted[(name, index)])
         peers.services[node] = ReplicaReadService(
-            SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")), replicas, FetchWaiters()
+            SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")), replicas, FetchWaiters(), no_tiers()
         )  # type: ignore[arg-type]
     return rig, follower, peers
 
@@ -173,7 +180,10 @@ def test_a_fetch_mixing_hosted_and_remote_partitions_long_polls_both(tmp_path: P
         peers, leader_waiters = Peers(), FetchWaiters()
         remote_replicas = SimpleNamespace(get=lambda name, index: remote)
         peers.services[LEADER] = ReplicaReadService(
-            SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")), remote_replicas, leader_waiters
+            SimpleNamespace(by_id=lambda topic_id: SimpleNamespace(name="t")),
+            remote_replicas,
+            leader_waiters,
+            no_tiers(),
         )  # type: ignore[arg-type]
         broker = broker_view(READER, rig, {("t", 0): local}, peers)
         broker.catalog = SimpleNamespace(

@@ -40,6 +40,7 @@ from broker.topic_config import effective
 from broker.topics import Topic
 from broker.waiters import FetchWaiters
 from tests.unit.producer_state_support import T0, Log, hdr
+from tests.unit.test_lagging_replica_reads import no_tiers
 from tests.unit.test_partition import CLOCK_START, lead
 from tests.unit.test_wal_writer import TOPIC_ID, Rig
 
@@ -558,6 +559,7 @@ def test_a_broker_without_a_replica_gets_the_lso_and_aborted_transactions(tmp_pa
         SimpleNamespace(by_id=lambda topic_id: topic),  # type: ignore[arg-type]
         SimpleNamespace(get=lambda name, index: partition),  # type: ignore[arg-type]
         FetchWaiters(),
+        no_tiers(),
     )
 
     def read(isolation_level: int) -> RemoteRead:
