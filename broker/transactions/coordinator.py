@@ -62,6 +62,19 @@ _MARKER_DONE = frozenset(
     }
 )
 
+# What an append to __transaction_state that failed is answered with (Kafka's
+# TransactionStateManager.appendTransactionToLog): the codes transactional clients retry.
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+
 # (leader node, request) -> response: the broker sends WriteTxnMarkers to a partition leader
 SendMarkers = Callable[[int, Any], Awaitable[Any]]
 
@@ -89,7 +102,7 @@ class TransactionCoordinator:
         self._send_markers = send_markers
         self._num_partitions = config.transaction_state_log_num_partitions
         self._tasks: set[asyncio.Task[None]] = set()
-        self._scan: asyncio.Task[None] | None = None
+        self._scans: list[asyncio.Task[None]] = []
         self._runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
             TRANSACTION_TOPIC,
             self._partition,
@@ -113,10 +126,19 @@ class TransactionCoordinator:
         for partition in list(self._replicas.partitions.values()):
             self._runtime.on_role_changed(partition)
         self._runtime.start()
-        self._scan = asyncio.get_running_loop().create_task(self._run_timeout_scan())
+        loop = asyncio.get_running_loop()
+        config = self._config
+        self._scans = [
+            loop.create_task(
+                self._every(config.transaction_abort_timed_out_transaction_cleanup_interval_ms, self.abort_timed_out)
+            ),
+            loop.create_task(
+                self._every(config.transaction_remove_expired_transaction_cleanup_interval_ms, self.remove_expired)
+            ),
+        ]
 
     async def stop(self) -> None:
-        tasks = [*self._tasks, *([self._scan] if self._scan is not None else [])]
+        tasks = [*self._tasks, *self._scans]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -182,15 +204,18 @@ class TransactionCoordinator:
             new_producer_id=new_id,
             expected=expected,
         )
-        await self._persist(shard, txn)
+        try:
+            await self._persist(shard, txn)
+        finally:
+            if txn.state is TxnState.PREPARE_ABORT and self._still(shard, txn):  # appended, replicated or not
+                log.info(
+                    "%s: fencing producer %d epoch %d, aborting its transaction",
+                    transactional_id,
+                    txn.producer_id,
+                    txn.last_producer_epoch,
+                )
+                self._resume(shard, txn)
         if txn.state is TxnState.PREPARE_ABORT:
-            log.info(
-                "%s: fencing producer %d epoch %d, aborting its transaction",
-                transactional_id,
-                txn.producer_id,
-                txn.last_producer_epoch,
-            )
-            self._resume(shard, txn)
             raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id}: aborting the ongoing transaction")
         return txn.producer_id, txn.producer_epoch
 
@@ -203,6 +228,8 @@ class TransactionCoordinator:
         )
         if txn is not None:
             await self._persist(shard, txn)
+        else:  # a retry: what its first attempt appended may not be replicated yet, answer as that write would
+            await self._replicated(shard, self._partition(shard.index).log.log_end_offset, transactional_id)
         if self._verify:  # also for partitions added before: a retried request re-grants
             current = shard.txns[transactional_id]
             await self._permits.grant(current, partitions, lambda: self._wants_permits(shard, current))
@@ -249,8 +276,11 @@ class TransactionCoordinator:
         )
         if txn is None:
             return
-        await self._persist(shard, txn)
-        self._resume(shard, txn)
+        try:
+            await self._persist(shard, txn)
+        finally:
+            if self._still(shard, txn):  # appended: its markers follow once it is replicated, whatever the answer
+                self._resume(shard, txn)
 
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
         """DescribeTransactions: the id's latest state here (NOT_COORDINATOR if led elsewhere)."""
@@ -262,14 +292,20 @@ class TransactionCoordinator:
 
     # -- writes ----------------------------------------------------------------------------
     async def _persist(self, shard: TransactionShard, txn: TransactionMetadata) -> None:
-        end = shard.write(txn)
+        try:
+            end = shard.write(txn)
+        except ApiError as exc:  # a client must get a coordinator error it retries, not the log's
+            raise ApiError(_APPEND_ERRORS.get(exc.code, exc.code), str(exc)) from exc
+        await self._replicated(shard, end, txn.transactional_id)
+
+    async def _replicated(self, shard: TransactionShard, end: int, transactional_id: str) -> None:
         failure = await self._runtime.replicated(shard.index, end)
         if failure is not None:
             raise ApiError(
                 ErrorCode.NOT_COORDINATOR
                 if failure == ErrorCode.NOT_COORDINATOR
                 else ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                f"{TRANSACTION_TOPIC}-{shard.index}: the state change of {txn.transactional_id} was not replicated",
+                f"{TRANSACTION_TOPIC}-{shard.index}: the state change of {transactional_id} was not replicated",
             )
 
     # -- markers ---------------------------------------------------------------------------
@@ -279,19 +315,47 @@ class TransactionCoordinator:
         task.add_done_callback(self._tasks.discard)
 
     async def _complete(self, shard: TransactionShard, txn: TransactionMetadata) -> None:
-        """Write the markers of a prepared transaction, then persist its completion."""
+        """Once the prepared transaction is replicated, write its markers, then persist its
+        completion. Both are retried for as long as this shard holds `txn`: a Prepare*
+        state whose write timed out (the ISR was slow) or whose completion could not be
+        appended would otherwise hold the transactional id until the coordinator moved."""
         try:
-            await self._write_markers(shard, txn)
-            if not self._still(shard, txn):
+            if not await self._until_replicated(shard, txn):
                 return
+            await self._write_markers(shard, txn)
             done = txn_rules.complete(txn, self._clock.now_ms())
-            end = shard.write(done)
-            await self._runtime.replicated(shard.index, end)
-            log.debug("%s: %s", txn.transactional_id, done.state.value)
+            delay = MARKER_RETRY_MIN_S
+            while self._still(shard, txn):
+                try:
+                    end = shard.write(done)
+                except ApiError as exc:
+                    log.info("%s: persisting %s failed (%s); retrying", txn.transactional_id, done.state.value, exc)
+                    await self._clock.sleep(delay)
+                    delay = min(delay * 2, MARKER_RETRY_MAX_S)
+                    continue
+                await self._runtime.replicated(shard.index, end)  # not in time: a new leader resumes it
+                log.debug("%s: %s", txn.transactional_id, done.state.value)
+                return
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("%s: completing the transaction failed", txn.transactional_id)
+
+    async def _until_replicated(self, shard: TransactionShard, txn: TransactionMetadata) -> bool:
+        """Wait until what the shard appended so far (`txn` included) is replicated: markers
+        must not be written for a Prepare* state that a new leader could lose. False once
+        the shard no longer holds `txn`."""
+        end = self._partition(shard.index).log.log_end_offset
+        delay = MARKER_RETRY_MIN_S
+        while self._still(shard, txn):
+            failure = await self._runtime.replicated(shard.index, end)
+            if failure is None:
+                return self._still(shard, txn)
+            if failure == ErrorCode.NOT_COORDINATOR:
+                return False
+            await self._clock.sleep(delay)
+            delay = min(delay * 2, MARKER_RETRY_MAX_S)
+        return False
 
     def _still(self, shard: TransactionShard, txn: TransactionMetadata) -> bool:
         return shard.active and shard.txns.get(txn.transactional_id) is txn
@@ -364,16 +428,37 @@ class TransactionCoordinator:
                             )
         return done
 
-    # -- timeouts --------------------------------------------------------------------------
-    async def _run_timeout_scan(self) -> None:
+    # -- timeouts and expiry ----------------------------------------------------------------
+    async def _every(self, interval_ms: int, scan: Callable[[], Awaitable[int]]) -> None:
         while True:
-            await self._clock.sleep(self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000)
+            await self._clock.sleep(interval_ms / 1000)
             try:
-                await self.abort_timed_out()
+                await scan()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("aborting timed-out transactions failed")
+                log.exception("transaction coordinator scan %s failed", scan.__name__)
+
+    async def remove_expired(self) -> int:
+        """Forget transactional ids idle longer than `transactional.id.expiration.ms` (no
+        transaction open or being ended), with a tombstone in `__transaction_state` (the next
+        compaction drops the id altogether), as Kafka's `removeExpiredTransactionalIds`; how many.
+        A producer that comes back later gets a new producer id."""
+        now = self._clock.now_ms()
+        expiration_ms = self._config.transactional_id_expiration_ms
+        removed = 0
+        for shard in self._runtime.shards():
+            for txn in [t for t in shard.txns.values() if txn_rules.idle_expired(t, now, expiration_ms)]:
+                log.info(
+                    "%s: idle for %d ms (transactional.id.expiration.ms=%d); forgetting it and producer %d",
+                    txn.transactional_id,
+                    now - txn.last_update_ms,
+                    expiration_ms,
+                    txn.producer_id,
+                )
+                shard.remove(txn.transactional_id)
+                removed += 1
+        return removed
 
     async def abort_timed_out(self) -> int:
         """Abort every Ongoing transaction older than its timeout; how many."""
@@ -391,18 +476,8 @@ class TransactionCoordinator:
                 )
                 shard.write(fenced)
                 aborted += 1
-                self._resume_when_replicated(shard, fenced)
+                self._resume(shard, fenced)  # its markers once it is replicated
         return aborted
-
-    def _resume_when_replicated(self, shard: TransactionShard, txn: TransactionMetadata) -> None:
-        async def run() -> None:
-            end = self._partition(shard.index).log.log_end_offset
-            if await self._runtime.replicated(shard.index, end) is None:
-                await self._complete(shard, txn)
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # -- shards ----------------------------------------------------------------------------
     def _partition(self, index: int) -> "Partition":

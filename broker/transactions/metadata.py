@@ -37,6 +37,7 @@ class TxnState(enum.Enum):
 
 
 _S = TxnState
+IDLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
@@ -85,6 +86,24 @@ def check_timeout(timeout_ms: int, max_timeout_ms: int) -> None:
         )
 
 
+def _is_retry_of_last_bump(current: TransactionMetadata, expected: tuple[int, int]) -> bool:
+    """KIP-360, as Kafka's `prepareIncrementProducerEpoch`: a producer that presents the
+    epoch (or, after the id was rotated, the producer id) it had before the latest bump is
+    retrying that bump; it gets the current id and epoch, not PRODUCER_FENCED."""
+    if current.state not in IDLE:
+        return False
+    producer_id, epoch = expected
+    if producer_id == current.producer_id:
+        return epoch == current.last_producer_epoch and epoch != NO_PRODUCER_EPOCH
+    return producer_id == current.previous_producer_id and epoch >= EXHAUSTED_EPOCH
+
+
+def idle_expired(txn: TransactionMetadata, now_ms: int, expiration_ms: int) -> bool:
+    """`transactional.id.expiration.ms`: no transaction open or being ended, and no state
+    change for that long (Kafka's `TransactionStateManager` expiry rule)."""
+    return txn.state in IDLE and now_ms - txn.last_update_ms >= expiration_ms
+
+
 def needs_new_producer_id(current: TransactionMetadata | None) -> bool:
     """InitProducerId must allocate a producer id: a new transactional id, or an epoch exhausted."""
     return current is None or current.producer_epoch >= EXHAUSTED_EPOCH
@@ -119,6 +138,8 @@ def init_producer_id(
         )
     if current.state in PREPARING:
         raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id}: a transaction is being completed")
+    if expected is not None and expected[0] != NO_PRODUCER_ID and _is_retry_of_last_bump(current, expected):
+        return current  # a retry whose answer was lost: the bump it asked for is done
     if expected is not None and expected[0] != NO_PRODUCER_ID:
         if expected != (current.producer_id, current.producer_epoch):
             raise ApiError(

@@ -10,6 +10,7 @@ transactions are found by the coordinator's periodic scan, as in Kafka."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -19,6 +20,8 @@ from .metadata import PREPARING, TransactionMetadata, TxnState
 
 if TYPE_CHECKING:
     from ..coordinator.runtime import CoordinatorRuntime
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,13 @@ class TransactionShard:
     def on_loaded(self) -> None:
         for txn in list(self.txns.values()):
             if txn.state in PREPARING:
+                log.info(
+                    "%s: resuming the %s of producer %d epoch %d left by the previous coordinator",
+                    txn.transactional_id,
+                    "commit" if txn.state is TxnState.PREPARE_COMMIT else "abort",
+                    txn.producer_id,
+                    txn.producer_epoch,
+                )
                 self._context.resume(self, txn)
             elif txn.state is TxnState.ONGOING:
                 self._context.grant_again(self, txn)
@@ -81,3 +91,11 @@ class TransactionShard:
         return self._context.runtime.append(
             self.index, [(records.encode_key(txn.transactional_id), records.encode_value(txn))], appended
         )
+
+    def remove(self, transactional_id: str) -> int:
+        """Append the id's tombstone (it expired); the log end offset to wait for."""
+
+        def appended(_end: int) -> None:
+            self.txns.pop(transactional_id, None)
+
+        return self._context.runtime.append(self.index, [(records.encode_key(transactional_id), None)], appended)

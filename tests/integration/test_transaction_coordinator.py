@@ -326,3 +326,58 @@ def test_list_and_describe_transactions(broker_factory) -> None:  # type: ignore
             DescribeTransactionsRequest(transactional_ids=["tx-list"]), 0, timeout_s=10
         ).transaction_states
         assert (done.transaction_state, list(done.topics)) == ("CompleteCommit", [])
+
+
+def test_an_idle_transactional_id_expires(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """`transactional.id.expiration.ms`: an id with no transaction open is forgotten once idle
+    that long (DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND), the tombstone survives a
+    restart, and a producer coming back with it gets a new producer id."""
+    from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+
+    from .clients import RawConnection
+
+    expiring = [
+        "--set",
+        "transactional.id.expiration.ms=1500",
+        "--set",
+        "transaction.remove.expired.transaction.cleanup.interval.ms=300",
+    ]
+    broker = broker_factory(extra_args=FAST + expiring)
+    topic = unique_topic("txc-expire")
+    create_topic(broker.bootstrap, topic, partitions=1)
+
+    def described() -> tuple[int, int]:
+        with RawConnection(broker.bootstrap) as conn:
+            [state] = conn.request(
+                DescribeTransactionsRequest(transactional_ids=["tx-expire"]), 0, timeout_s=10
+            ).transaction_states
+        return state.error_code, state.producer_id
+
+    p = producer(broker.bootstrap, "tx-expire")
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(topic, value=b"kept")
+    p.commit_transaction(15)
+    code, first_id = described()
+    assert code == 0
+    deadline = time.monotonic() + 20
+    while described()[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert described()[0] == 105  # TRANSACTIONAL_ID_NOT_FOUND
+    broker.kill()
+    broker.start()
+    deadline = time.monotonic() + 20
+    while described()[0] != 105 and time.monotonic() < deadline:  # coordinator loading: NOT_COORDINATOR etc.
+        time.sleep(0.2)
+    assert described()[0] == 105  # the tombstone was replayed
+    again = producer(broker.bootstrap, "tx-expire")
+    again.init_transactions(15)
+    again.begin_transaction()
+    again.produce(topic, value=b"again")
+    again.commit_transaction(15)
+    code, second_id = described()
+    assert code == 0 and second_id != first_id
+    assert values(consume_confluent(broker.bootstrap, topic, 1, 2, **{"isolation.level": "read_committed"})) == [
+        b"kept",
+        b"again",
+    ]

@@ -4,6 +4,8 @@ partition mapping (Java's String.hashCode), timeout checks and expiry."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from broker.coordinator.record_batches import build_batch, read_batch
@@ -115,6 +117,34 @@ def test_timeouts() -> None:
     assert (aborted.state, aborted.producer_epoch, aborted.last_producer_epoch) == (S.PREPARE_ABORT, 4, 3)
 
 
+def test_a_retried_epoch_bump_gets_the_bumped_epoch_not_fenced() -> None:
+    """KIP-360 as Kafka: the answer to a bump was lost and the producer asks again with the
+    epoch it had (or, after the id rotated, the old id at the exhausted epoch)."""
+    bumped = rules.init_producer_id(txn(S.EMPTY, 3), "tx", timeout_ms=1, now_ms=7, new_producer_id=-1, expected=(5, 3))
+    assert (bumped.producer_id, bumped.producer_epoch, bumped.last_producer_epoch) == (5, 4, 3)
+    again = rules.init_producer_id(bumped, "tx", timeout_ms=1, now_ms=8, new_producer_id=-1, expected=(5, 3))
+    assert again is bumped
+    assert (
+        code(lambda: rules.init_producer_id(bumped, "tx", timeout_ms=1, now_ms=8, new_producer_id=-1, expected=(5, 2)))
+        == ErrorCode.PRODUCER_FENCED
+    )
+    rotated = rules.init_producer_id(
+        txn(S.EMPTY, EXHAUSTED_EPOCH), "tx", timeout_ms=1, now_ms=7, new_producer_id=9, expected=(5, EXHAUSTED_EPOCH)
+    )
+    assert (rotated.producer_id, rotated.producer_epoch) == (9, 0)
+    retried = rules.init_producer_id(
+        rotated, "tx", timeout_ms=1, now_ms=8, new_producer_id=-1, expected=(5, EXHAUSTED_EPOCH)
+    )
+    assert retried is rotated
+
+
+def test_idle_expiry_only_without_an_open_or_ending_transaction() -> None:
+    for state in TxnState:
+        old = txn(state)  # last_update_ms 0
+        assert rules.idle_expired(old, 1000, 1000) is (state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT))
+        assert not rules.idle_expired(old, 999, 1000)
+
+
 def test_record_codec_round_trip() -> None:
     value = txn(S.ONGOING, 7, frozenset({("a", 2), ("a", 0), ("b", 1)}), start=11)
     key = records.encode_key("tx")
@@ -163,3 +193,172 @@ def test_group_shard_applies_transactional_offsets_at_the_commit_marker() -> Non
     shard.on_replicated(8)
     assert shard.offsets.committed.get("g", "t", 0) == value
     shard.replay_marker(10, 99, True)  # a marker of a producer without offsets here changes nothing
+
+
+# -- the coordinator over a real broker core (found by the `transactions` simulation) ----------
+
+
+async def _core(data_dir, clock):  # type: ignore[no-untyped-def]
+    """One broker's core leading a 1-partition __transaction_state, a topic t, and producer
+    `tx` in an ongoing transaction on t-0."""
+    from tests.unit.test_group_coordinator import start_core
+
+    broker = await start_core(
+        data_dir,
+        clock,
+        **{
+            "transaction.state.log.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "offsets.commit.timeout.ms": "50",
+        },
+    )
+    await broker.transactions.start()
+    await broker.catalog.create(broker.catalog.prepare("t", 1, {}), broker.assign_replicas(range(1), 1))
+    await broker.transactions.ensure_topic()
+    await broker.controller.step()
+    for _ in range(200):
+        try:
+            pid, epoch = await broker.transactions.init_producer_id("tx", 60_000, None)
+            break
+        except ApiError as exc:
+            assert exc.code in (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            )
+            await asyncio.sleep(0.01)
+    await broker.transactions.add_partitions("tx", pid, epoch, frozenset({("t", 0)}))
+    return broker, pid, epoch
+
+
+async def _stop(broker) -> None:  # type: ignore[no-untyped-def]
+    from tests.unit.test_group_coordinator import stop_core
+
+    await broker.transactions.stop()
+    await stop_core(broker)
+
+
+def _state_log_lags(broker) -> None:  # type: ignore[no-untyped-def]
+    """__transaction_state-0 gets a follower (1) in its ISR that never fetched: writes wait."""
+    from broker.metadata.records import PartitionStateRecord
+
+    partition = broker.replica_manager.get(records.TRANSACTION_TOPIC, 0)
+    state = PartitionStateRecord(1, [0, 1], 0, partition.leader_epoch + 1, [0, 1])
+    partition.make_leader(0, state, partition.state_revision + 1)
+    broker.transactions._runtime.on_role_changed(partition)
+
+
+def _state_log_catches_up(broker) -> None:  # type: ignore[no-untyped-def]
+    partition = broker.replica_manager.get(records.TRANSACTION_TOPIC, 0)
+    end = partition.log.log_end_offset
+    partition.leader_state.on_follower_fetch(1, end, end, 0)
+    partition.advance_high_watermark()
+
+
+async def _until(condition, seconds: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return True
+        await asyncio.sleep(0.01)
+    return condition()
+
+
+def test_an_end_txn_whose_prepare_was_not_replicated_in_time_is_completed_once_it_is(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`transactions` sim seed 3: EndTxn's PrepareCommit was appended but not replicated
+    within the write timeout (a follower had just died); the client was told
+    COORDINATOR_NOT_AVAILABLE and nobody ever wrote the markers: the transactional id stayed
+    PrepareCommit (every retry CONCURRENT_TRANSACTIONS) until the coordinator moved."""
+    from broker.clock import ManualClock
+
+    async def scenario() -> None:
+        broker, pid, epoch = await _core(tmp_path, ManualClock(1_800_000_000_000))
+        _state_log_lags(broker)
+        with pytest.raises(ApiError) as raised:
+            await broker.transactions.end_txn("tx", pid, epoch, True)
+        assert raised.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert broker.transactions.describe("tx").state is S.PREPARE_COMMIT
+        for _ in range(50):  # the follower catches up now and then
+            _state_log_catches_up(broker)
+            if await _until(lambda: broker.transactions.describe("tx").state is S.COMPLETE_COMMIT, 0.1):
+                break
+        assert broker.transactions.describe("tx").state is S.COMPLETE_COMMIT
+        await _stop(broker)
+
+    asyncio.run(scenario())
+
+
+def test_a_completion_that_could_not_be_appended_is_retried(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`transactions` sim seed 1: the CompleteCommit append failed once (a disk error); the
+    failure was logged and the id stayed PrepareCommit for as long as this broker led it."""
+    from broker.clock import ManualClock
+    from broker.transactions.shard import TransactionShard
+
+    async def scenario() -> None:
+        broker, pid, epoch = await _core(tmp_path, ManualClock(1_800_000_000_000))
+        real = TransactionShard.write
+        failures = []
+
+        def write(self, txn):  # type: ignore[no-untyped-def]
+            if txn.state is S.COMPLETE_COMMIT and not failures:
+                failures.append(txn)
+                raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, "the log could not be written (simulated)")
+            return real(self, txn)
+
+        monkeypatch.setattr(TransactionShard, "write", write)
+        await broker.transactions.end_txn("tx", pid, epoch, True)
+        assert await _until(lambda: broker.transactions.describe("tx").state is S.COMPLETE_COMMIT)
+        assert failures
+        await _stop(broker)
+
+    asyncio.run(scenario())
+
+
+def test_a_retried_add_partitions_is_answered_only_once_its_state_is_replicated(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`transactions` sim seed 5: AddPartitionsToTxn's Ongoing state was appended but not
+    replicated in time; the client's retry found the partitions in the (unreplicated) state
+    and was answered NONE at once. The coordinator then moved, its successor loaded the
+    previous transaction's PrepareCommit and wrote its COMMIT markers again, which committed
+    the new transaction's records on that partition, although its producer aborted it."""
+    from broker.clock import ManualClock
+
+    async def scenario() -> None:
+        broker, pid, epoch = await _core(tmp_path, ManualClock(1_800_000_000_000))
+        await broker.transactions.end_txn("tx", pid, epoch, False)
+        assert await _until(lambda: broker.transactions.describe("tx").state is S.COMPLETE_ABORT)
+        _state_log_lags(broker)
+        for attempt in range(2):  # the first attempt times out; its retry must too
+            with pytest.raises(ApiError) as raised:
+                await broker.transactions.add_partitions("tx", pid, epoch, frozenset({("t", 0)}))
+            assert raised.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE, attempt
+        _state_log_catches_up(broker)
+        await broker.transactions.add_partitions("tx", pid, epoch, frozenset({("t", 0)}))
+        await _stop(broker)
+
+    asyncio.run(scenario())
+
+
+def test_a_state_change_the_log_refuses_is_answered_with_a_coordinator_error(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`transactions` sim seeds 27 and 74: a disk error appending to __transaction_state
+    reached the client as KAFKA_STORAGE_ERROR, which a transactional client does not retry
+    (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn); Kafka answers
+    NOT_COORDINATOR (and COORDINATOR_NOT_AVAILABLE for a write the ISR did not take)."""
+    from broker.clock import ManualClock
+    from broker.transactions.shard import TransactionShard
+
+    async def scenario() -> None:
+        broker, pid, epoch = await _core(tmp_path, ManualClock(1_800_000_000_000))
+
+        def write(self, txn):  # type: ignore[no-untyped-def]
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, "the log could not be written (simulated)")
+
+        monkeypatch.setattr(TransactionShard, "write", write)
+        with pytest.raises(ApiError) as raised:
+            await broker.transactions.end_txn("tx", pid, epoch, True)
+        assert raised.value.code == ErrorCode.NOT_COORDINATOR
+        with pytest.raises(ApiError) as raised:
+            await broker.transactions.init_producer_id("tx", 60_000, None)
+        assert raised.value.code == ErrorCode.NOT_COORDINATOR
+        assert broker.transactions.describe("tx").state is S.ONGOING
+        await _stop(broker)
+
+    asyncio.run(scenario())

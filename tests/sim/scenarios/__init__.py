@@ -8,3 +8,4 @@ from . import wal_gc  # noqa: F401
 from . import wal_gc_replicas  # noqa: F401
 from . import tiering  # noqa: F401
 from . import mode_switch  # noqa: F401
+from . import transactions  # noqa: F401

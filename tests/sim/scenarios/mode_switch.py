@@ -26,7 +26,7 @@ from ..objectstore import ObjectStoreFaults
 from ..registry import scenario
 from ..runner import Sim
 from ..workload import Key, Ledger, consume, produce, produce_idempotent
-from .cluster import BROKERS, fault_schedule
+from ..faults import BROKERS, fault_schedule
 
 TOPIC, PARTITIONS = "flip", 3
 TRAFFIC_S = 25.0
