@@ -119,12 +119,12 @@ def plain(conn: RawConnection, versions, topic: str, value: bytes) -> int:  # ty
 
 
 def values_confluent(bootstrap: str, topic: str, isolation: str, expected: int) -> list[bytes]:
-    recs = consume_confluent(bootstrap, topic, 1, expected, settle_s=1.5, **{"isolation.level": isolation})
+    recs = consume_confluent(bootstrap, topic, 1, expected, settle_s=0.5, **{"isolation.level": isolation})
     return [r.value for r in recs]
 
 
 def values_kafka_python(bootstrap: str, topic: str, isolation: str, expected: int) -> list[bytes]:
-    recs = consume_kafka_python(bootstrap, topic, 1, expected, settle_s=1.5, isolation_level=isolation)
+    recs = consume_kafka_python(bootstrap, topic, 1, expected, settle_s=0.5, isolation_level=isolation)
     return [r.value for r in recs]
 
 

@@ -182,7 +182,7 @@ async def fault_schedule(cluster: SimCluster, auditor: ReferenceAuditor, rng: Si
             await delete_records(cluster, rng)
 
 
-@scenario("wal_gc", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=48)
+@scenario("wal_gc", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=32)
 async def wal_gc(sim: Sim) -> dict[str, int]:
     """3 brokers deleting WAL objects under crashes (the manager's too), retention, DeleteRecords, topic deletion."""
     rng = sim.fork("scenario")
