@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.az
 	$(BIN)/python -m tests.bench.walgc
 	$(BIN)/python -m tests.bench.tiering
+	$(BIN)/python -m tests.bench.transactions
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache
