@@ -108,8 +108,10 @@ class CoordinatorRuntime(Generic[S]):
         *,
         write_timeout_ms: int,
         compaction_min_records: int,
+        verify_txn: bool = False,
     ) -> None:
         self.topic = topic
+        self._verify_txn = verify_txn  # a producer's batch opens a transaction only with a permit (KIP-890)
         self._partition = partition
         self._new_shard = new_shard
         self._now_ms = now_ms
@@ -205,12 +207,14 @@ class CoordinatorRuntime(Generic[S]):
         """Append `records` to partition `index` and return its log end offset after them.
         `on_appended(end_offset)` runs before compaction may re-append the live state, so
         that state includes these records. `producer` (id, epoch, base sequence) makes the
-        batch a transactional one of that producer."""
+        batch a transactional one of that producer (which, with `verify_txn`, needs the
+        transaction coordinator's permit to open a transaction here, as a client's would)."""
         slot = self._slots.get(index)
         if slot is None or slot.shard is None:
             raise ApiError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{index} is not loaded here")
         batch = build_batch(records, self._now_ms(), producer)
-        end = self._partition(index).append_records(memoryview(batch), acks=1).end_offset
+        verify = self._verify_txn and producer is not None
+        end = self._partition(index).append_records(memoryview(batch), acks=1, verify_txn=verify).end_offset
         on_appended(end)
         slot.stats.count(records)
         threshold = max(self._compaction_min_records, 2 * len(slot.stats.live_keys))

@@ -46,6 +46,16 @@ log = logging.getLogger(__name__)
 INTERNAL_TOPIC_CONFIGS = {"retention.ms": "-1", "max.message.bytes": "10485760", "diskless.enable": "false"}
 
 
+# A refused transactional offset append, as TxnOffsetCommit answers it: a fenced epoch, and
+# a transaction the coordinator has not (or no longer) granted here (producers/state.py
+# rule 17: AddOffsetsToTxn first; a late commit after the ABORT marker), which clients
+# retry, then abort their transaction at their timeout.
+_TXN_OFFSET_APPEND_ERRORS = {
+    ErrorCode.INVALID_PRODUCER_EPOCH: ErrorCode.PRODUCER_FENCED,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -82,6 +92,7 @@ class GroupCoordinator:
             self._now,
             write_timeout_ms=config.offsets_commit_timeout_ms,
             compaction_min_records=config.offsets_topic_compaction_min_records,
+            verify_txn=config.transaction_partition_verification_enable,
         )
         self._shard_context = GroupShardContext(
             self._runtime,
@@ -282,7 +293,7 @@ class GroupCoordinator:
                 changes,
             )
         except ApiError as exc:
-            code = ErrorCode.PRODUCER_FENCED if exc.code == ErrorCode.INVALID_PRODUCER_EPOCH else exc.code
+            code = _TXN_OFFSET_APPEND_ERRORS.get(exc.code, exc.code)
             return [code if c == ErrorCode.NONE else c for c in codes]
         failure = await self._runtime.replicated(shard.index, end)
         if failure is not None:

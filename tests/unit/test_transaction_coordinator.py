@@ -362,3 +362,45 @@ def test_a_state_change_the_log_refuses_is_answered_with_a_coordinator_error(tmp
         await _stop(broker)
 
     asyncio.run(scenario())
+
+
+def test_a_transactional_offset_commit_needs_the_offsets_partition_in_the_transaction(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """KIP-890 for TxnOffsetCommit (`transactions` sim noticed it could hang): offsets of a
+    producer whose transaction does not hold the group's __consumer_offsets partition (no
+    AddOffsetsToTxn, or a late commit after the ABORT marker) are refused with a retriable
+    error and nothing is appended, so no transaction opens there that nobody will end."""
+    from broker.clock import ManualClock
+
+    async def scenario() -> None:
+        broker, pid, epoch = await _core(tmp_path, ManualClock(1_800_000_000_000))
+        topic = broker.catalog.get("t")
+        offsets_partition = broker.transactions.offsets_partition("g")
+        log = broker.replica_manager.get(*offsets_partition).log
+
+        async def commit() -> list[int]:
+            for _ in range(200):
+                codes = await broker.groups.txn_commit_offsets(
+                    "g",
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    member_id="",
+                    group_instance_id=None,
+                    generation_id=-1,
+                    offsets=[(topic, "t", 0, 5, -1, None)],
+                )
+                if codes != [ErrorCode.NOT_COORDINATOR] and codes != [ErrorCode.COORDINATOR_NOT_AVAILABLE]:
+                    return codes
+                await asyncio.sleep(0.01)  # the group coordinator is loading its partition
+            return codes
+
+        before = log.log_end_offset
+        assert await commit() == [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
+        assert log.log_end_offset == before
+        await broker.transactions.add_partitions("tx", pid, epoch, frozenset({offsets_partition}))
+        assert await commit() == [ErrorCode.NONE]
+        await broker.transactions.end_txn("tx", pid, epoch, False)
+        assert await _until(lambda: broker.transactions.describe("tx").state is S.COMPLETE_ABORT)
+        assert await commit() == [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS]  # late, after the ABORT marker
+        await _stop(broker)
+
+    asyncio.run(scenario())
