@@ -234,6 +234,15 @@ class TransactionCoordinator:
             current = shard.txns[transactional_id]
             await self._permits.grant(current, partitions, lambda: self._wants_permits(shard, current))
 
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: frozenset[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn v4+ verify_only: which partitions the ongoing transaction holds."""
+        shard = self._shard_of(transactional_id)
+        return txn_rules.verify_partitions(
+            shard.txns.get(transactional_id), transactional_id, producer_id, epoch, partitions
+        )
+
     def _wants_permits(self, shard: TransactionShard, txn: TransactionMetadata) -> bool:
         """Whether `txn`'s producer epoch is still in the ongoing transaction it was granted for."""
         current = shard.txns.get(txn.transactional_id)

@@ -209,6 +209,23 @@ def add_partitions(
     return txn.moved(_S.ONGOING, now_ms, partitions=txn.partitions | partitions, txn_start_ms=start)
 
 
+def verify_partitions(
+    current: TransactionMetadata | None,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    partitions: frozenset[tuple[str, int]],
+) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn v4+ with verify_only (KIP-890, Kafka's
+    `handleVerifyPartitionsInTransaction`): NONE for each partition in the producer's
+    ongoing transaction, INVALID_TXN_STATE for the others; raises for the producer itself."""
+    txn = _check_producer(current, transactional_id, producer_id, epoch)
+    if txn.state in PREPARING:
+        raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id}: the transaction is completing")
+    ongoing = txn.partitions if txn.state is _S.ONGOING else frozenset()
+    return {p: ErrorCode.NONE if p in ongoing else ErrorCode.INVALID_TXN_STATE for p in partitions}
+
+
 def end_txn(
     current: TransactionMetadata | None,
     transactional_id: str,

@@ -260,6 +260,25 @@ def test_verification_refuses_batches_outside_a_granted_transaction(broker_facto
         )
         assert send(0, b"committed") == 0
         assert not stable()  # open
+
+        def verified(producer_epoch: int) -> int:
+            """AddPartitionsToTxn v4 verify_only (what Kafka's leaders ask the coordinator)."""
+            T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+            request = AddPartitionsToTxnRequest(
+                transactions=[
+                    T(
+                        transactional_id=txn_id,
+                        producer_id=pid,
+                        producer_epoch=producer_epoch,
+                        verify_only=True,
+                        topics=[add],
+                    )
+                ]
+            )
+            [result] = conn.request(request, 4, timeout_s=15).results_by_transaction
+            return result.topic_results[0].results_by_partition[0].partition_error_code
+
+        assert verified(epoch) == 0 and verified(epoch + 1) == 90  # PRODUCER_FENCED
         txn_request(
             conn,
             versions,
@@ -272,5 +291,6 @@ def test_verification_refuses_batches_outside_a_granted_transaction(broker_facto
             time.sleep(0.05)
         assert stable()
         assert send(1, b"late") == 19  # a late batch of the ended transaction
+        assert verified(epoch) == 48  # INVALID_TXN_STATE: not in an ongoing transaction any more
         assert stable()
         assert values_confluent(broker.bootstrap, topic, "read_committed", 1) == [b"committed"]

@@ -99,7 +99,7 @@ class FakePartition:
         self.directory = None
         self.replicated_to: asyncio.Event | None = None
 
-    def append_records(self, data: memoryview, acks: int) -> Any:
+    def append_records(self, data: memoryview, acks: int, verify_txn: bool = False) -> Any:
         from kafka.record.default_records import DefaultRecordBatch
 
         count = sum(1 for _ in DefaultRecordBatch(bytes(data)))
