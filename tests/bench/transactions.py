@@ -67,45 +67,35 @@ def send_unit(producer: Producer, topic: str, count: int, start: int) -> None:
                 producer.poll(0.01)
 
 
-def transactions(bootstrap: str, topic: str, args: argparse.Namespace, name: str) -> dict[str, float]:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name})
-    producer.init_transactions(30)
-    commits: list[float] = []
+def units(bootstrap: str, topic: str, args: argparse.Namespace, transactional_id: str | None) -> dict[str, float]:
+    """Units of --records-per-txn records for --seconds, each ended by `commit_transaction`
+    (with a transactional id) or by `flush` (an idempotent producer without one): units/s
+    and the p50/p99 of that ending call."""
+    if transactional_id:
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+        producer.init_transactions(30)
+    else:
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    endings: list[float] = []
     sent = 0
     started = time.monotonic()
     while time.monotonic() - started < args.seconds:
-        producer.begin_transaction()
+        if transactional_id:
+            producer.begin_transaction()
         send_unit(producer, topic, args.records_per_txn, sent)
         sent += args.records_per_txn
         before = time.monotonic()
-        producer.commit_transaction(30)
-        commits.append(time.monotonic() - before)
+        if transactional_id:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+        endings.append(time.monotonic() - before)
     elapsed = time.monotonic() - started
-    commits.sort()
+    endings.sort()
     return {
-        "units_per_s": len(commits) / elapsed,
-        "p50_ms": percentile(commits, 0.5) * 1000,
-        "p99_ms": percentile(commits, 0.99) * 1000,
-    }
-
-
-def plain_units(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, float]:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    flushes: list[float] = []
-    sent = 0
-    started = time.monotonic()
-    while time.monotonic() - started < args.seconds:
-        send_unit(producer, topic, args.records_per_txn, sent)
-        sent += args.records_per_txn
-        before = time.monotonic()
-        producer.flush(30)
-        flushes.append(time.monotonic() - before)
-    elapsed = time.monotonic() - started
-    flushes.sort()
-    return {
-        "units_per_s": len(flushes) / elapsed,
-        "p50_ms": percentile(flushes, 0.5) * 1000,
-        "p99_ms": percentile(flushes, 0.99) * 1000,
+        "units_per_s": len(endings) / elapsed,
+        "p50_ms": percentile(endings, 0.5) * 1000,
+        "p99_ms": percentile(endings, 0.99) * 1000,
     }
 
 
@@ -197,8 +187,8 @@ def main() -> None:
                 for mode, topic in TOPICS.items():
                     if args.only and mode != args.only:
                         continue
-                    txn = transactions(bootstrap, topic, args, f"bench-{mode}")
-                    plain = plain_units(bootstrap, topic, args)
+                    txn = units(bootstrap, topic, args, f"bench-{mode}")
+                    plain = units(bootstrap, topic, args, None)
                     overhead = 1 - txn["units_per_s"] / plain["units_per_s"]
                     print(
                         f"{mode}: {args.records_per_txn} records per unit: transactions {txn['units_per_s']:.1f}/s "

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
+from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
@@ -43,7 +43,7 @@ from broker.protocol.errors import RETRIABLE, ErrorCode
 from .cluster import SimCluster
 from .determinism import SimRandom
 from .kafka import ConnectionLost
-from .workload import REFRESH_ERRORS, Connections, Key, Metadata
+from .workload import REFRESH_ERRORS, Connections, Key, Metadata, fetch_request
 
 PRODUCE_V, FETCH_V, FIND_COORDINATOR_V, OFFSET_FETCH_V = 9, 12, 3, 8
 INIT_PRODUCER_ID_V, ADD_PARTITIONS_V, ADD_OFFSETS_V, END_TXN_V, TXN_OFFSET_COMMIT_V = 4, 3, 3, 3, 2
@@ -553,32 +553,7 @@ async def read_committed(
                 if stale:
                     await asyncio.sleep(0.25)
                     continue
-            request = FetchRequest(
-                replica_id=-1,
-                max_wait_ms=100,
-                min_bytes=1,
-                max_bytes=1 << 20,
-                isolation_level=1,
-                session_id=0,
-                session_epoch=-1,
-                rack_id=az,
-                forgotten_topics_data=[],
-                topics=[
-                    FetchRequest.FetchTopic(
-                        topic=key[0],
-                        partitions=[
-                            FetchRequest.FetchTopic.FetchPartition(
-                                partition=key[1],
-                                current_leader_epoch=-1,
-                                fetch_offset=position,
-                                last_fetched_epoch=-1,
-                                log_start_offset=-1,
-                                partition_max_bytes=256 << 10,
-                            )
-                        ],
-                    )
-                ],
-            )
+            request = fetch_request(key, position, az, isolation_level=1, max_wait_ms=100)
             try:
                 response = await clients.connections.get(clients.metadata.leaders[key]).request(request, FETCH_V)
             except ConnectionLost as exc:

@@ -417,32 +417,7 @@ async def consume(
                 await asyncio.sleep(0.25)
                 continue
         node_id = metadata.leaders[key]
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=500,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            rack_id=az,
-            forgotten_topics_data=[],
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=key[0],
-                    partitions=[
-                        FetchRequest.FetchTopic.FetchPartition(
-                            partition=key[1],
-                            current_leader_epoch=-1,
-                            fetch_offset=position,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=256 << 10,
-                        )
-                    ],
-                )
-            ],
-        )
+        request = fetch_request(key, position, az, isolation_level=0, max_wait_ms=500)
         try:
             response = await connections.get(node_id).request(request, FETCH_V)
         except ConnectionLost:
@@ -585,3 +560,27 @@ async def _find_coordinator(cluster: SimCluster, connections: Connections, group
     except ConnectionLost:
         return None
     return response.node_id if response.error_code == 0 else None
+
+
+def fetch_request(key: Key, position: int, az: str | None, *, isolation_level: int, max_wait_ms: int) -> Any:
+    """A consumer's Fetch of one partition from `position` (FETCH_V), as the sim's readers send it."""
+    partition = FetchRequest.FetchTopic.FetchPartition(
+        partition=key[1],
+        current_leader_epoch=-1,
+        fetch_offset=position,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=256 << 10,
+    )
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        rack_id=az,
+        forgotten_topics_data=[],
+        topics=[FetchRequest.FetchTopic(topic=key[0], partitions=[partition])],
+    )
