@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 REPLICATION_WAIT_S = 30.0  # for the STARTED markers to commit before the job runs
 MAX_BACKOFF_MS = 3_600_000
+DISCARD_ATTEMPTS = 3  # bulk deletes of an uncommitted range's files, for the keys a store refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,7 +415,17 @@ class OffloadService:
             for f in SegmentFile
         ]
         try:
-            await self._store.delete_many(keys)
+            for _attempt in range(DISCARD_ATTEMPTS):  # a store may refuse some keys of a bulk delete
+                keys = sorted(set(keys) - set(await self._store.delete_many(keys)))
+                if not keys:
+                    return
+            log.warning(
+                "%s-%d: files of uncommitted segment %s not deleted: %s refused",
+                partition.topic,
+                partition.index,
+                planned.segment_id,
+                keys,
+            )
         except ObjectStoreError as exc:
             log.warning(
                 "%s-%d: files of uncommitted segment %s not deleted: %s",
