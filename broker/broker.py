@@ -40,6 +40,7 @@ from .objectstore import ObjectStore
 from .objectstore.probe import store_problem
 from .partition_ids import TopicIdPartition, TopicPartition
 from .producer_ids import ProducerIdAllocator
+from .producers.barriers import SequenceBarriers
 from .protocol.api_keys import ApiKey
 from .protocol.header import RequestHeader
 from .transactions.coordinator import WRITE_TXN_MARKERS_VERSION, TransactionCoordinator
@@ -586,6 +587,7 @@ class Broker:
             quiet_min_bytes=config.wal_quiet_min_bytes,
             clock=self.clock,
             on_committed=self.uploads.record,
+            barriers=SequenceBarriers(config.producer_sequence_barriers_max),
         )
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)

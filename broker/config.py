@@ -150,6 +150,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     log_flush_scheduler_interval_ms: Positive = 1000
     producer_id_expiration_ms: Positive = 86400000
     producer_id_expiration_check_interval_ms: Positive = 600000
+    producer_sequence_barriers_max: Positive = 10000
 
     def __post_init__(self) -> None:
         for key in ("listen", "advertise", "metrics.listen", "rpc.listen", "rpc.advertise"):

@@ -336,6 +336,19 @@ class BrokerMetrics:
             "the object is uploaded under a fresh key).",
             registry=r,
         )
+        self.producer_sequence_barriers = Gauge(
+            "shoal_producer_sequence_barriers",
+            "Idempotent producers held back on a partition until they retry a failed batch, "
+            "by where (representative: WAL upload or commit failed; leader: write failed).",
+            ["where"],
+            registry=r,
+        )
+        self.produce_barrier_refusals = Counter(
+            "shoal_produce_barrier_refusals",
+            "Diskless batches a representative refused because an earlier batch of their "
+            "producer failed and was not sent again yet.",
+            registry=r,
+        )
         self.cache_requests = Counter(
             "shoal_cache_requests", "Object cache lookups, by result (hit, miss).", ["result"], registry=r
         )

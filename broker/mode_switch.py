@@ -102,9 +102,11 @@ class ModeSwitcher:
 
     async def reconcile(self) -> None:
         """Switch every led partition whose mode is not its topic's; publish committed switches;
-        report the per-partition series of the partitions led here (BrokerMetrics.led_partitions)."""
+        report the per-partition series of the partitions led here (BrokerMetrics.led_partitions)
+        and the producers they hold back (shoal_producer_sequence_barriers{where="leader"})."""
         pending = 0
         led = {True: 0, False: 0}
+        barriers = 0
         rows: dict[tuple[str, str], tuple[float, ...]] = {}
         now_ms = self._clock.now_ms()
         for partition in list(self._replicas.partitions.values()):
@@ -115,6 +117,7 @@ class ModeSwitcher:
             if partition.diskless != wanted:
                 self._switch(partition, wanted)
             led[partition.diskless] += 1
+            barriers += len(partition.barriers)
             if not await self._publish(partition, topic):
                 pending += 1
             plog = partition.log
@@ -129,6 +132,7 @@ class ModeSwitcher:
             )
         self._metrics.led_partitions.update(rows)  # and drops the partitions no longer led here
         self._metrics.mode_switch_pending_partitions.set(pending)
+        self._metrics.producer_sequence_barriers.labels("leader").set(barriers)
         for diskless, count in led.items():
             self._metrics.leader_partitions_by_mode.labels(mode_name(diskless)).set(count)
 

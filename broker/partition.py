@@ -25,6 +25,7 @@ from .log.txn_markers import TxnMarker, decode_txn_marker, encode_txn_marker, is
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
 from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
+from .producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
 from .protocol import batch as batches
 from .log.coordinates import WalRef, encode_ref
 from .protocol.batch import BATCH_HEADER_SIZE, BatchFormatError, BatchHeader, UnsupportedMagicError, parse_header
@@ -138,6 +139,7 @@ class Partition:
         settings: TopicSettings,
         clock: Clock,
         on_append: Callable[["Partition"], None],
+        max_barriers: int = DEFAULT_MAX_BARRIERS,
     ) -> None:
         self.topic = topic
         self.index = index
@@ -156,6 +158,9 @@ class Partition:
         log_.truncation_listeners.append(self._on_log_truncated)
         self.created_diskless = settings.diskless  # the mode without a marker: the topic's at creation
         self.producers = producers
+        # Producers whose batch failed to be written here: their later batches wait for its
+        # retry (producers/barriers.py), as Kafka's would behind a log directory gone offline.
+        self.barriers = SequenceBarriers(max_barriers)
         self.settings = settings
         self.epochs = LeaderEpochCache.open(directory)
         if self.epochs.latest_epoch < 0 and log_.log_end_offset > log_.log_start_offset:
@@ -185,11 +190,12 @@ class Partition:
         clock: Clock,
         producer_expiration_ms: int,
         on_append: Callable[["Partition"], None],
+        max_barriers: int = DEFAULT_MAX_BARRIERS,
     ) -> "Partition":
         producers = ProducerStateManager(clock, producer_expiration_ms)
         rolled: list[Callable[[int], None]] = []
         log_ = PartitionLog.open(directory, settings.log, clock, on_segment_roll=lambda offset: rolled[0](offset))
-        partition = cls(topic, index, directory, log_, producers, settings, clock, on_append)
+        partition = cls(topic, index, directory, log_, producers, settings, clock, on_append, max_barriers)
         rolled.append(partition._on_segment_roll)
         partition._rebuild_producer_state()
         partition._replay_markers()
@@ -579,7 +585,7 @@ class Partition:
         coordinator's permit (KIP-890; the coordinator's own writes need none)."""
         now_ms = self._clock.now_ms()
         found = validate_batches(records, self.settings, now_ms)
-        self.check_acks(acks)
+        self._check_acks_for([header for _pos, header in found], acks)
         self._check_mode(diskless=False)
         items: list[tuple[BatchHeader, memoryview | bytearray]] = []
         for pos, header in found:
@@ -595,9 +601,9 @@ class Partition:
     ) -> AppendOutcome:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the
         batch lives). Same producer-state checks and offset assignment as append_records."""
-        self.check_acks(acks)
-        self._check_mode(diskless=True)
         items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
+        self._check_acks_for([header for header, _data in items], acks)
+        self._check_mode(diskless=True)
         return self._append(EntryKind.COORDINATES, items, verify_txn=verify_txn)
 
     def grant_txn_permit(self, producer_id: int, producer_epoch: int) -> None:
@@ -605,6 +611,17 @@ class Partition:
         ongoing transaction (producers/state.py rule 17); only a leader checks permits."""
         self.check_leader()
         self.producers.grant(producer_id, producer_epoch)
+
+    def _check_acks_for(self, headers: list[BatchHeader], acks: int) -> None:
+        """check_acks; too few in-sync replicas holds back the producers' later batches
+        until they retry these (a later one landing once the ISR is back would leave a gap)."""
+        try:
+            self.check_acks(acks)
+        except ApiError as exc:
+            if exc.code == ErrorCode.NOT_ENOUGH_REPLICAS:
+                for header in headers:
+                    self.barriers.failed(None, header, exc.code)
+            raise
 
     def check_acks(self, acks: int) -> None:
         self.check_leader()
@@ -631,6 +648,12 @@ class Partition:
         start = self.log.log_end_offset
         try:
             for header, data in items:
+                if end_txn is None and (held := self.barriers.check(None, header)) is not None:
+                    raise ApiError(
+                        held.error,
+                        f"{self.topic}-{self.index}: an earlier batch of producer {header.producer_id} "
+                        f"(sequence {held.first_sequence}) failed to be written: retry it first",
+                    )
                 if end_txn is None:
                     verdict = self.producers.check(header, verify_txn)
                 else:
@@ -654,6 +677,8 @@ class Partition:
             if self.log.log_end_offset > start:
                 self._roll_back(start)
             if isinstance(exc, (OSError, LogClosedError)):  # the disk, not the request: retriable, as Kafka says
+                for header, _data in items:
+                    self.barriers.failed(None, header, ErrorCode.KAFKA_STORAGE_ERROR)
                 raise ApiError(
                     ErrorCode.KAFKA_STORAGE_ERROR,
                     f"{self.topic}-{self.index}: the log could not be written, nothing was appended: {exc}",

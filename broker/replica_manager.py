@@ -141,6 +141,7 @@ class ReplicaManager:
             self._clock,
             self._config.producer_id_expiration_ms,
             self._on_append,
+            max_barriers=self._config.producer_sequence_barriers_max,
         )
         partition.topic_id = str(topic.topic_id)
         partition.created_diskless = topic.born_diskless

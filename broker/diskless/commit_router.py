@@ -6,9 +6,11 @@ own: applied when its leader answers the commit, acknowledged when its acks are 
 (acks=all: ReplicationWaitRequests to the leader, answered partition by partition).
 
 When a leader cannot be reached or has just changed, that leader's partitions fail with a
-retriable error (NOT_LEADER_OR_FOLLOWER; REQUEST_TIMED_OUT when the commit may have been
-applied): the producer refreshes its metadata and retries, and its idempotence turns a
-commit that did land into the original offsets, never a duplicate.
+retriable error: NOT_LEADER_OR_FOLLOWER when the commit was not applied, REQUEST_TIMED_OUT
+when it may have been (the connection failed after the commit was sent). The difference
+matters: librdkafka takes NOT_LEADER_OR_FOLLOWER to mean "not persisted" and, should it bump
+its epoch, sends such a batch again as a new one. The producer retries, and its idempotence
+turns a commit that did land into the original offsets, never a duplicate.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..metadata.records import NO_LEADER
 from ..partition_ids import TopicIdPartition
 from ..protocol.errors import ApiError, ErrorCode
-from ..rpc import RpcError, RpcTimeout
+from ..rpc import RpcError, RpcUnavailable
 from .commit import (
     ACKS_TIMEOUT_S,
     COMMIT_VERSION,
@@ -126,7 +128,7 @@ class CommitRouter:
         try:
             response: CommitResponse = await call
             results = response.results
-        except RpcTimeout as exc:
+        except RpcUnavailable as exc:  # sent, maybe applied: "possibly persisted", never NOT_LEADER (not persisted)
             results = [failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))] * len(
                 outcomes
             )

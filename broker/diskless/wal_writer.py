@@ -20,6 +20,9 @@ object do: a slow partition or leader delays only the producers that wrote to it
 
 Failure: an object whose upload fails (after the store's retries) fails every slot in it with
 KAFKA_STORAGE_ERROR (retriable) and commits nothing. A commit error fails only its partitions.
+Either way, an idempotent producer's later batches of those partitions, in this object or in
+later ones, are refused with the same error until it sends the failed batch again
+(producers/barriers.py): nothing of a producer lands behind a gap.
 
 Backpressure (`wal.max.inflight.bytes`): a slot's bytes count from admission until its
 commit is applied (or the object fails); a submit that would pass the bound waits in a FIFO queue (and seals the
@@ -43,6 +46,8 @@ from walfiles.keys import WalKey, WalKeyAllocator
 
 from ..clock import Clock, SystemClock
 from ..objectstore import ObjectWriter
+from ..producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
+from ..protocol.batch import BatchFormatError, parse_header, split_batches
 from ..protocol.errors import ApiError, ErrorCode
 from .commit import (
     COMMIT_VERSION,
@@ -60,6 +65,20 @@ if TYPE_CHECKING:
     from .cache import ObjectCache
 
 log = logging.getLogger(__name__)
+
+# Commit refusals about one batch of one producer, not about the partition: no barrier (the
+# leader refuses that producer's later batches itself, as out of sequence).
+_BATCH_ERRORS = frozenset(
+    {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.INVALID_TXN_STATE,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.CORRUPT_MESSAGE,
+    }
+)
 
 # Keys tried for one object when each already holds another object (`_upload`). One collision
 # is already unexpected (keys carry the node id and a per-process random sequence start).
@@ -130,8 +149,10 @@ class WalWriter:
         quiet_min_bytes: int = 0,
         clock: Clock | None = None,
         on_committed: OnCommitted | None = None,
+        barriers: SequenceBarriers | None = None,
     ) -> None:
         self._store = store
+        self._barriers = barriers if barriers is not None else SequenceBarriers(DEFAULT_MAX_BARRIERS)
         self._on_committed = on_committed
         self._reports: set[asyncio.Task[None]] = set()
         self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
@@ -297,6 +318,9 @@ class WalWriter:
                 self._cache.put_object(key.object_id, data)
             if previous is not None:
                 await previous  # commits go in seal order; never fails
+            self._hold_back(obj)
+            if not obj.slots:
+                return
             started = self._clock.monotonic()
             pending = self._committer.commit(
                 CommitRequest(COMMIT_VERSION, key.object_id, [slot.part for slot in obj.slots])
@@ -313,6 +337,9 @@ class WalWriter:
             outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))  # type: ignore[misc]  # lambda with a default
         slots, obj.slots = obj.slots, []  # answered by the callbacks: nothing left for _fail
         applied = await asyncio.gather(*(outcome.applied for outcome in pending))
+        for slot, result in zip(slots, applied):
+            if result.error_code and result.error_code not in _BATCH_ERRORS:
+                self._bar(slot, ErrorCode(result.error_code))
         if self._on_committed is not None:
             report = asyncio.get_running_loop().create_task(self._report(key.object_id, slots, pending, applied))
             self._reports.add(report)
@@ -365,9 +392,54 @@ class WalWriter:
             key = fresh
         raise AssertionError("unreachable")
 
+    def refused(self, topic_id: uuid.UUID, partition: int, records: memoryview, error: ErrorCode) -> None:
+        """The produce handler refused these batches before submitting them (this broker is
+        not the partition's representative for the client's AZ, as of now): if the view
+        changes under the client's pipelined requests, its next batches must not land here
+        ahead of the refused ones (producers/barriers.py)."""
+        try:
+            for _pos, header in split_batches(records):
+                self._barriers.failed((topic_id, partition), header, error)
+        except BatchFormatError:
+            return  # nothing sequenced can be told apart in a malformed request
+        self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
+
+    def _bar(self, slot: _Slot, error: ErrorCode) -> None:
+        """The slot did not reach the log: hold back its producers' later batches."""
+        where = (slot.part.topic_id, slot.part.partition)
+        for batch in slot.part.batches:
+            self._barriers.failed(where, parse_header(batch.header), error)
+        self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
+
+    def _hold_back(self, obj: _OpenObject) -> None:
+        """Fail the slots whose producer has an earlier batch of the partition that failed
+        and was not sent again yet (producers/barriers.py), with that batch's error."""
+        kept = []
+        for slot in obj.slots:
+            where = (slot.part.topic_id, slot.part.partition)
+            barrier = None
+            for batch in slot.part.batches:
+                barrier = barrier or self._barriers.check(where, parse_header(batch.header))
+            if barrier is None:
+                kept.append(slot)
+                continue
+            self._metrics.produce_barrier_refusals.inc()
+            slot.future.set_result(
+                failed(
+                    ApiError(
+                        barrier.error,
+                        f"an earlier batch of this producer (sequence {barrier.first_sequence}) failed: retry it first",
+                    )
+                )
+            )
+            self._release(slot.size)
+        obj.slots = kept
+        self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
+
     def _fail(self, obj: _OpenObject, error: ApiError) -> None:
         """Nothing of the object was committed: answer every slot, free its bytes."""
         for slot in obj.slots:
+            self._bar(slot, error.code)
             if not slot.future.done():
                 slot.future.set_result(failed(error))
             self._release(slot.size)

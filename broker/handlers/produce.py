@@ -56,7 +56,11 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                     raise topic_error
                 records = memoryview(data.records if data.records is not None else b"")
                 if topic.mode.appends_to_wal:
-                    _check_representative(broker, topic, data.index, client_az)
+                    try:
+                        _check_representative(broker, topic, data.index, client_az)
+                    except ApiError as exc:
+                        broker.wal.refused(topic.topic_id, data.index, records, exc.code)
+                        raise
                     prepared = prepare_diskless(records, topic.settings, broker.clock.now_ms())
                     diskless.append(
                         (results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared))

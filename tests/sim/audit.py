@@ -22,6 +22,7 @@ from collections import Counter
 from kafka.record.default_records import DefaultRecordBatch
 
 from broker.groups.offsets_records import OFFSETS_TOPIC
+from broker.protocol.errors import ErrorCode
 from broker.reads.resolver import batch_pieces
 
 from .cluster import SimCluster
@@ -125,6 +126,10 @@ async def audit(cluster: SimCluster, ledger: Ledger, keys: list[Key]) -> dict[st
                     f"acknowledged batch {sent.batch} missing from {sent.key[0]}-{sent.key[1]} at offset "
                     f"{sent.acked_offset} (found at {found})"
                 )
+        if sent.must_land and not found:
+            problems.append(
+                f"batch {sent.batch}, reported delivered to its producer, is not in {sent.key[0]}-{sent.key[1]}"
+            )
         if found and not sent.may_be_appended:
             problems.append(
                 f"batch {sent.batch} was refused every time ({[a.outcome for a in sent.attempts]}) "
@@ -132,7 +137,10 @@ async def audit(cluster: SimCluster, ledger: Ledger, keys: list[Key]) -> dict[st
             )
         ambiguous = sum(1 for a in sent.attempts if a.outcome in ("ambiguous", "pending"))
         if len(found) > (1 if sent.idempotent else 1 + ambiguous):
-            problems.append(f"batch {sent.batch} appears {len(found)} times: {found}")
+            problems.append(
+                f"batch {sent.batch} appears {len(found)} times: {found}; attempts "
+                f"{[(a.connection, a.wire, a.outcome, ErrorCode(a.error).name) for a in sent.attempts]}"
+            )
     by_connection: dict[tuple[str, Key], list[tuple[int, int, str]]] = {}
     for sent in ledger.sent.values():
         if len(sent.attempts) == 1 and len(where.get(sent.batch, [])) == 1:

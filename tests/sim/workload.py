@@ -41,6 +41,7 @@ class Attempt:
     order: int  # position in that connection's sends to this partition
     outcome: str = "pending"  # acked | definite (refused: not appended) | ambiguous (may be appended)
     error: int = 0  # the error code answered, if any
+    wire: str = ""  # how it was sent, when that varies between attempts (epoch and sequence)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Sent:
     acked_offset: int | None = None  # the base offset the broker answered with
     idempotent: bool = False  # sent with a producer id and sequence: at most once, in sequence order
     sequence: int = -1
+    must_land: bool = False  # the producer reported it delivered (offset or not): it must be in the log
 
     @property
     def may_be_appended(self) -> bool:
@@ -163,13 +165,13 @@ AMBIGUOUS_ERRORS = {
 MAX_ATTEMPTS = 3
 
 
-def make_batch(value: str, now_ms: int, producer_id: int = -1, sequence: int = -1) -> bytes:
+def make_batch(value: str, now_ms: int, producer_id: int = -1, sequence: int = -1, producer_epoch: int = 0) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
         is_transactional=False,
         producer_id=producer_id,
-        producer_epoch=0 if producer_id >= 0 else -1,
+        producer_epoch=producer_epoch if producer_id >= 0 else -1,
         base_sequence=sequence,
         batch_size=1 << 20,
     )
@@ -282,7 +284,7 @@ async def produce_idempotent(
     stale = True
     while loop.time() < until_s:
         if producer_id < 0:
-            producer_id = await _init_producer_id(cluster, connections, rng)
+            producer_id = await init_producer_id(cluster, connections, rng)
             if producer_id < 0:
                 await asyncio.sleep(0.25)
                 continue
@@ -356,7 +358,7 @@ async def produce_idempotent(
         await asyncio.sleep(0.1)
 
 
-async def _init_producer_id(cluster: SimCluster, connections: Connections, rng: SimRandom) -> int:
+async def init_producer_id(cluster: SimCluster, connections: Connections, rng: SimRandom) -> int:
     live = cluster.live()
     if not live:
         return -1

@@ -154,6 +154,45 @@ def test_a_failed_write_mid_append_is_cut_back(tmp_path: Path, clock: ManualCloc
     assert partition.log.high_watermark == 4
 
 
+def test_after_a_failed_write_the_producers_later_batches_wait_for_its_retry(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A write that failed (disk error) or was refused for too few in-sync replicas, then a
+    later batch of the same producer that was already in flight: it must not land ahead of the
+    retry (a new producer: accepted out of order; a known one: OUT_OF_ORDER_SEQUENCE_NUMBER,
+    after which librdkafka bumps its epoch and duplicates). It gets the first one's retriable
+    error until the first is sent again (producers/barriers.py)."""
+    partition = open_partition(tmp_path, clock)
+    real_append = partition.log.append
+
+    def disk_full(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    partition.log.append = disk_full  # type: ignore[method-assign]
+    with pytest.raises(ApiError) as failed:
+        partition.append_records(batch(0), acks=1)
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    partition.log.append = real_append  # type: ignore[method-assign]
+    with pytest.raises(ApiError) as held:
+        partition.append_records(batch(2), acks=1)
+    assert held.value.code == ErrorCode.KAFKA_STORAGE_ERROR and partition.log.log_end_offset == 0
+    assert partition.append_records(batch(0), acks=1).base_offset == 0
+    assert partition.append_records(batch(2), acks=1).base_offset == 2
+    # too few in-sync replicas for acks=all, then room again: the same
+    partition.update_settings(
+        effective({"diskless.enable": "false", "min.insync.replicas": "2"}, load_config(environ={}))
+    )
+    with pytest.raises(ApiError) as refused:
+        partition.append_records(batch(4), acks=-1)
+    assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    partition.update_settings(effective({"diskless.enable": "false"}, load_config(environ={})))
+    with pytest.raises(ApiError) as held:
+        partition.append_records(batch(6), acks=-1)
+    assert held.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert partition.append_records(batch(4), acks=-1).base_offset == 4
+    assert partition.append_records(batch(6), acks=-1).base_offset == 6 and len(partition.barriers) == 0
+
+
 def test_a_former_leader_drops_the_epoch_it_never_wrote_to(tmp_path: Path, clock: ManualClock) -> None:
     """Regression: a broker that led an epoch without appending (acks=all refused with
     NOT_ENOUGH_REPLICAS) kept that epoch at its log end after following again, because a

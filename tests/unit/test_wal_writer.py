@@ -497,3 +497,103 @@ def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) 
         assert (await asyncio.wait_for(slow, 5)).error_code == 0
 
     run(scenario())
+
+
+class LeaderLostAfterApplying(LeaderBroker):
+    """The leader applies the commit, then the connection fails before its answer arrives."""
+
+    async def call(self, request, timeout_s: float):  # type: ignore[no-untyped-def]
+        from broker.rpc import RpcUnavailable
+
+        await super().call(request, timeout_s)
+        raise RpcUnavailable("connection to the leader lost")
+
+
+def test_a_commit_whose_answer_was_lost_is_answered_as_possibly_persisted(tmp_path: Path) -> None:
+    """A commit sent to the leader whose connection then failed may have been applied: the
+    producer must hear REQUEST_TIMED_OUT (librdkafka: possibly persisted, retried with the same
+    sequence), never NOT_LEADER_OR_FOLLOWER, which librdkafka takes as "not persisted" and
+    sends again as a new message after an epoch bump: a duplicate in the log."""
+    from types import SimpleNamespace
+    from broker.diskless.commit_router import CommitRouter
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
+        leader = LeaderLostAfterApplying(rig.committer)
+        view = SimpleNamespace(
+            partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))},
+            brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
+        )
+        router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            router,
+            None,
+            rig.metrics,
+            buffer_max_bytes=8 << 20,
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
+        [answer] = writer.submit([rig.append(0, batch(0, producer_id=1))])
+        result = await asyncio.wait_for(answer, 5)
+        assert rig.partitions[0].log.log_end_offset > 0  # it was applied
+        assert result.error_code == ErrorCode.REQUEST_TIMED_OUT, ErrorCode(result.error_code).name
+
+    run(scenario())
+
+
+def test_after_a_failed_upload_the_producers_later_batches_wait_for_its_retry(tmp_path: Path) -> None:
+    """Issue 11 (found by the rolling-restart test and the pipelined sim producer): the first
+    object's upload failed while the next object, holding the same producer's next batch,
+    uploaded fine and was committed: the leader, not knowing the producer yet, accepted the
+    later batch and the retry of the first landed after it (librdkafka with a known producer:
+    OUT_OF_ORDER_SEQUENCE_NUMBER, an epoch bump and duplicates). The later batch must fail
+    with the first one's retriable error until the first is sent again."""
+
+    class FirstPutFailsLate(MemoryObjectStore):
+        puts = 0
+
+        async def put_if_absent(self, key: str, data: bytes) -> bool:
+            self.puts += 1
+            if self.puts == 1:
+                await asyncio.sleep(0.05)  # the second object is uploaded meanwhile
+                raise ObjectStoreUnavailable("503 SlowDown, retries exhausted")
+            return await super().put_if_absent(key, data)
+
+    async def scenario() -> None:
+        one = len(batch(0))
+        rig = Rig(tmp_path, FirstPutFailsLate(), partitions=1, wal_buffer_max_bytes=one, wal_linger_ms=10_000)
+        first, second = sequence_batches(7, 2)
+        [a] = rig.writer.submit([rig.append(0, first)])  # each batch fills an object: two objects
+        [b] = rig.writer.submit([rig.append(0, second)])
+        results = await asyncio.gather(a, b)
+        assert [r.error_code for r in results] == [ErrorCode.KAFKA_STORAGE_ERROR] * 2
+        assert rig.partitions[0].log.log_end_offset == 0, "nothing lands behind the gap"
+        assert rig.metrics.produce_barrier_refusals._value.get() == 1
+        # the producer retries in order: both land, in sequence order
+        [a] = rig.writer.submit([rig.append(0, first)])
+        [b] = rig.writer.submit([rig.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+        assert rig.metrics.producer_sequence_barriers.labels("representative")._value.get() == 0
+
+    run(scenario())
+
+
+def test_batches_refused_as_not_the_representative_hold_back_the_producers_next_ones(tmp_path: Path) -> None:
+    """The sim's seed 48: a broker that was not yet the partition's representative refused a
+    producer's batch (NOT_LEADER_OR_FOLLOWER), became it while the producer's next batch was on
+    its way, and committed that one ahead of the first."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
+        first, second = sequence_batches(7, 2)
+        rig.writer.refused(TOPIC_ID, 0, first, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        [held] = rig.writer.submit([rig.append(0, second)])
+        assert (await held).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert rig.partitions[0].log.log_end_offset == 0
+        [a] = rig.writer.submit([rig.append(0, first)])
+        [b] = rig.writer.submit([rig.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())

@@ -4,7 +4,8 @@ Each seed draws a world: one AZ or three, how often the metadata store, the obje
 the network and the disks fail, and a schedule of crashes (kill -9 and restart), graceful
 stops (SIGTERM: controlled shutdown, then restart, as in a rolling restart), network
 partitions and outages. Producers pipeline requests that mix classic (acks=all, RF 3) and
-diskless partitions, consumers tail every partition from offset 0 (a reset is a failure),
+diskless partitions (one of them idempotent as librdkafka is, with 5 batches of a partition in
+flight and its epoch bumps), consumers tail every partition from offset 0 (a reset is a failure),
 and a client commits group offsets past the compaction threshold of `__consumer_offsets`
 while coordinators fail over. Then the faults stop, the cluster settles, and the auditor
 checks every promise the clients were given.
@@ -23,6 +24,7 @@ from ..network import NetFaults
 from ..objectstore import ObjectStoreFaults
 from ..registry import scenario
 from ..runner import Sim
+from ..pipelined_producer import produce_pipelined
 from ..workload import Ledger, commit_offsets, consume, produce, produce_idempotent
 
 TRAFFIC_S = 25.0
@@ -71,6 +73,9 @@ async def cluster(sim: Sim) -> dict[str, int]:
             ]
             tasks.append(
                 loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], keys, until_s))
+            )
+            tasks.append(  # librdkafka's pipelining and epoch bumps (pipelined_producer.py)
+                loop.create_task(produce_pipelined(built, ledger, clients.fork("r"), "r", azs[0], keys, until_s))
             )
             tasks += [
                 loop.create_task(
