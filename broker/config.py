@@ -143,6 +143,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     transaction_max_timeout_ms: Positive = 900000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: Positive = 10000
     transaction_partition_verification_enable: bool = True
+    transaction_partition_verification_max_permits: Positive = 10000
     transactional_id_expiration_ms: Positive = 604800000
     transaction_remove_expired_transaction_cleanup_interval_ms: Positive = 3600000
     # Background work

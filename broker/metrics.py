@@ -343,6 +343,12 @@ class BrokerMetrics:
             ["where"],
             registry=r,
         )
+        self.transaction_permits = Gauge(
+            "shoal_transaction_permits",
+            "KIP-890 permits held by the partitions led here (at most "
+            "transaction.partition.verification.max.permits per partition).",
+            registry=r,
+        )
         self.produce_barrier_refusals = Counter(
             "shoal_produce_barrier_refusals",
             "Diskless batches a representative refused because an earlier batch of their "

@@ -103,10 +103,11 @@ class ModeSwitcher:
     async def reconcile(self) -> None:
         """Switch every led partition whose mode is not its topic's; publish committed switches;
         report the per-partition series of the partitions led here (BrokerMetrics.led_partitions)
-        and the producers they hold back (shoal_producer_sequence_barriers{where="leader"})."""
+        the producers they hold back (shoal_producer_sequence_barriers{where="leader"}) and the
+        transaction permits they hold (shoal_transaction_permits)."""
         pending = 0
         led = {True: 0, False: 0}
-        barriers = 0
+        barriers = permits = 0
         rows: dict[tuple[str, str], tuple[float, ...]] = {}
         now_ms = self._clock.now_ms()
         for partition in list(self._replicas.partitions.values()):
@@ -118,6 +119,7 @@ class ModeSwitcher:
                 self._switch(partition, wanted)
             led[partition.diskless] += 1
             barriers += len(partition.barriers)
+            permits += partition.producers.permit_count
             if not await self._publish(partition, topic):
                 pending += 1
             plog = partition.log
@@ -133,6 +135,7 @@ class ModeSwitcher:
         self._metrics.led_partitions.update(rows)  # and drops the partitions no longer led here
         self._metrics.mode_switch_pending_partitions.set(pending)
         self._metrics.producer_sequence_barriers.labels("leader").set(barriers)
+        self._metrics.transaction_permits.set(permits)
         for diskless, count in led.items():
             self._metrics.leader_partitions_by_mode.labels(mode_name(diskless)).set(count)
 

@@ -25,6 +25,7 @@ from .log.txn_markers import TxnMarker, decode_txn_marker, encode_txn_marker, is
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
 from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
+from .producers.state import MAX_PERMITS
 from .producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
 from .protocol import batch as batches
 from .log.coordinates import WalRef, encode_ref
@@ -191,8 +192,9 @@ class Partition:
         producer_expiration_ms: int,
         on_append: Callable[["Partition"], None],
         max_barriers: int = DEFAULT_MAX_BARRIERS,
+        max_permits: int = MAX_PERMITS,
     ) -> "Partition":
-        producers = ProducerStateManager(clock, producer_expiration_ms)
+        producers = ProducerStateManager(clock, producer_expiration_ms, max_permits)
         rolled: list[Callable[[int], None]] = []
         log_ = PartitionLog.open(directory, settings.log, clock, on_segment_roll=lambda offset: rolled[0](offset))
         partition = cls(topic, index, directory, log_, producers, settings, clock, on_append, max_barriers)

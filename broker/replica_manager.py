@@ -142,6 +142,7 @@ class ReplicaManager:
             self._config.producer_id_expiration_ms,
             self._on_append,
             max_barriers=self._config.producer_sequence_barriers_max,
+            max_permits=self._config.transaction_partition_verification_max_permits,
         )
         partition.topic_id = str(topic.topic_id)
         partition.created_diskless = topic.born_diskless

@@ -81,7 +81,8 @@ Transaction verification (KIP-890 part 1, `transaction.partition.verification.en
     succeed yet; the coordinator grants again when the partition's leader changes. A marker
     for the producer withdraws its permit, so a late retry of a batch of a transaction that
     has ended cannot open a new one that nobody will ever end (a hanging transaction).
-    Permits live in the leader's memory only (at most `MAX_PERMITS`, oldest dropped first:
+    Permits live in the leader's memory only (at most `max_permits`,
+    `transaction.partition.verification.max.permits`, oldest dropped first:
     such a producer's next batch is refused until the coordinator grants again).
 
 Not implemented: TV2 marker rules (WriteTxnMarkers v2, KIP-890 part 2) and the
@@ -129,7 +130,7 @@ NO_COORDINATOR_EPOCH = -1
 NO_TIMESTAMP = -1
 INT32_MAX = (1 << 31) - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
-MAX_PERMITS = 10_000  # transaction permits held per partition (rule 17)
+MAX_PERMITS = 10_000  # transaction.partition.verification.max.permits: permits per partition (rule 17)
 
 
 @dataclass(slots=True, frozen=True)
@@ -208,11 +209,14 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 class ProducerStateManager:
     """Idempotent-producer state of one partition (see the module docstring for the rules)."""
 
-    def __init__(self, clock: Clock, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+    def __init__(
+        self, clock: Clock, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, max_permits: int = MAX_PERMITS
+    ) -> None:
         if expiration_ms <= 0:
             raise ValueError(f"producer.id.expiration.ms must be > 0, got {expiration_ms}")
         self._clock = clock
         self._expiration_ms = expiration_ms
+        self._max_permits = max_permits
         self._producers: dict[int, ProducerEntry] = {}
         self._map_end_offset = 0
         # Open transactions, producer id -> first offset, in first-offset order (appends come
@@ -314,7 +318,7 @@ class ProducerStateManager:
         transaction (rule 17)."""
         self._permits.pop(producer_id, None)
         self._permits[producer_id] = producer_epoch
-        while len(self._permits) > MAX_PERMITS:
+        while len(self._permits) > self._max_permits:
             del self._permits[next(iter(self._permits))]
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ErrorCode | None:

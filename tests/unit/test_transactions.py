@@ -128,6 +128,23 @@ def test_verification_needs_a_permit_to_open_a_transaction_and_a_marker_withdraw
     assert mgr.check(hdr(pid=MAX_PERMITS + 102, seq=0, attributes=TXN), verify_txn=True) is None
 
 
+def test_the_permit_bound_is_configurable() -> None:
+    """transaction.partition.verification.max.permits reaches the partition's producer state."""
+    from broker.producers.state import ProducerStateManager
+
+    mgr = ProducerStateManager(ManualClock(0), max_permits=2)
+    for pid in (1, 2, 3):
+        mgr.grant(pid, 0)
+    assert mgr.permit_count == 2
+    assert mgr.check(hdr(pid=1, seq=0, attributes=TXN), verify_txn=True) == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert (
+        load_config(
+            environ={"SHOAL_TRANSACTION_PARTITION_VERIFICATION_MAX_PERMITS": "7"}
+        ).transaction_partition_verification_max_permits
+        == 7
+    )
+
+
 def test_a_classic_leader_refuses_an_unverified_transaction_and_names_why(tmp_path: Path, clock: ManualClock) -> None:
     partition = classic(tmp_path, clock)
     with pytest.raises(ApiError) as refused:
