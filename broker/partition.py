@@ -650,7 +650,7 @@ class Partition:
         start = self.log.log_end_offset
         try:
             for header, data in items:
-                if end_txn is None and (held := self.barriers.check(None, header)) is not None:
+                if end_txn is None and self.barriers and (held := self.barriers.check(None, header)) is not None:
                     raise ApiError(
                         held.error,
                         f"{self.topic}-{self.index}: an earlier batch of producer {header.producer_id} "

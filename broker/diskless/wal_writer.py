@@ -414,6 +414,8 @@ class WalWriter:
     def _hold_back(self, obj: _OpenObject) -> None:
         """Fail the slots whose producer has an earlier batch of the partition that failed
         and was not sent again yet (producers/barriers.py), with that batch's error."""
+        if not self._barriers:
+            return  # the usual case: no header to look at
         kept = []
         for slot in obj.slots:
             where = (slot.part.topic_id, slot.part.partition)
