@@ -27,8 +27,6 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.producer import ProduceRequest
-
 from broker.protocol.errors import RETRIABLE, ErrorCode
 
 from .cluster import SimCluster
@@ -47,6 +45,7 @@ from .workload import (
     Sent,
     init_producer_id,
     make_batch,
+    one_batch_produce,
 )
 
 FINISH_S = 120.0  # after `until_s`, how long unacknowledged messages are still retried
@@ -204,28 +203,10 @@ async def produce_pipelined(
                 wire=f"e{epoch}s{message.sequence}",
             )
         )
-        request = ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout_ms=30_000,
-            topic_data=[
-                ProduceRequest.TopicProduceData(
-                    name=key[0],
-                    partition_data=[
-                        ProduceRequest.TopicProduceData.PartitionProduceData(
-                            index=key[1],
-                            records=make_batch(
-                                message.sent.batch,
-                                cluster.sim.clock.now_ms(),
-                                producer_id,
-                                message.sequence,
-                                producer_epoch=epoch,
-                            ),
-                        )
-                    ],
-                )
-            ],
+        records = make_batch(
+            message.sent.batch, cluster.sim.clock.now_ms(), producer_id, message.sequence, producer_epoch=epoch
         )
+        request = one_batch_produce(key, records)
         message.in_flight = True
         part.in_flight += 1
         answer = conn.send(request, PRODUCE_V)

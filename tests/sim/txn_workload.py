@@ -33,7 +33,6 @@ from kafka.protocol.producer import (
     AddPartitionsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
-    ProduceRequest,
     TxnOffsetCommitRequest,
 )
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -43,7 +42,7 @@ from broker.protocol.errors import RETRIABLE, ErrorCode
 from .cluster import SimCluster
 from .determinism import SimRandom
 from .kafka import ConnectionLost
-from .workload import REFRESH_ERRORS, Connections, Key, Metadata, fetch_request
+from .workload import REFRESH_ERRORS, Connections, Key, Metadata, fetch_request, one_batch_produce
 
 PRODUCE_V, FETCH_V, FIND_COORDINATOR_V, OFFSET_FETCH_V = 9, 12, 3, 8
 INIT_PRODUCER_ID_V, ADD_PARTITIONS_V, ADD_OFFSETS_V, END_TXN_V, TXN_OFFSET_COMMIT_V = 4, 3, 3, 3, 2
@@ -375,19 +374,7 @@ class TxnProducer:
                 if self.stale or key not in metadata.leaders:
                     await self.clients.backoff()
                     continue
-            request = ProduceRequest(
-                transactional_id=self.tid,
-                acks=-1,
-                timeout_ms=30_000,
-                topic_data=[
-                    ProduceRequest.TopicProduceData(
-                        name=key[0],
-                        partition_data=[
-                            ProduceRequest.TopicProduceData.PartitionProduceData(index=key[1], records=records)
-                        ],
-                    )
-                ],
-            )
+            request = one_batch_produce(key, records, self.tid)
             node_id = metadata.leaders[key]
             try:
                 response = await self.clients.connections.get(node_id).request(request, PRODUCE_V)

@@ -179,6 +179,22 @@ def make_batch(value: str, now_ms: int, producer_id: int = -1, sequence: int = -
     return bytes(builder.build())
 
 
+def one_batch_produce(key: Key, records: bytes, transactional_id: str | None = None) -> ProduceRequest:
+    """An acks=all Produce request holding one partition's records, as a client sends one
+    partition per request (librdkafka with idempotence)."""
+    return ProduceRequest(
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout_ms=30_000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=key[0],
+                partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=key[1], records=records)],
+            )
+        ],
+    )
+
+
 async def produce(
     cluster: SimCluster,
     ledger: Ledger,
@@ -314,22 +330,7 @@ async def produce_idempotent(
                 Sent(f"{name}/{key[0]}-{key[1]}/{sequence}", key, idempotent=True, sequence=sequence),
             )
         sent.attempts.append(Attempt(f"{name}#{connections.opened}", len(sent.attempts) + 1))
-        request = ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout_ms=30_000,
-            topic_data=[
-                ProduceRequest.TopicProduceData(
-                    name=key[0],
-                    partition_data=[
-                        ProduceRequest.TopicProduceData.PartitionProduceData(
-                            index=key[1],
-                            records=make_batch(sent.batch, cluster.sim.clock.now_ms(), producer_id, sent.sequence),
-                        )
-                    ],
-                )
-            ],
-        )
+        request = one_batch_produce(key, make_batch(sent.batch, cluster.sim.clock.now_ms(), producer_id, sent.sequence))
         in_flight.add(key)
 
         async def answered(key: Key, sent: Sent, answer: asyncio.Future[Any]) -> None:

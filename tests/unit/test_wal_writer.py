@@ -461,31 +461,36 @@ class LeaderBroker:
         return msgspec.msgpack.decode(msgspec.msgpack.encode(answer), type=PeerResponse)
 
 
+def remote_writer(rig: Rig, leader: LeaderBroker, partitions: int) -> WalWriter:
+    """A WAL writer on broker 5 whose partitions broker 0 leads, reached through `leader`."""
+    from broker.diskless.commit_router import CommitRouter
+
+    view = SimpleNamespace(
+        partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(partitions)},
+        brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
+    )
+    router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
+    return WalWriter(
+        rig.store,
+        WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+        router,
+        None,
+        rig.metrics,
+        buffer_max_bytes=8 << 20,
+        linger_ms=5,
+        max_inflight_bytes=64 << 20,
+    )
+
+
 def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) -> None:
     """Issue 12: a remote leader answered a commit only once all its partitions' acks were
     satisfied, so one slow partition held the producers of every other."""
-    from types import SimpleNamespace
-    from broker.diskless.commit_router import CommitRouter
 
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
         _stuck_follower(rig.partitions[1])
         leader = LeaderBroker(rig.committer)
-        view = SimpleNamespace(
-            partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(2)},
-            brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
-        )
-        router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
-        writer = WalWriter(
-            rig.store,
-            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
-            router,
-            None,
-            rig.metrics,
-            buffer_max_bytes=8 << 20,
-            linger_ms=5,
-            max_inflight_bytes=64 << 20,
-        )
+        writer = remote_writer(rig, leader, partitions=2)
         healthy, slow = writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
         assert (await asyncio.wait_for(healthy, 5)).error_code == 0
         assert not slow.done() and writer.inflight_bytes == 0
@@ -514,27 +519,11 @@ def test_a_commit_whose_answer_was_lost_is_answered_as_possibly_persisted(tmp_pa
     producer must hear REQUEST_TIMED_OUT (librdkafka: possibly persisted, retried with the same
     sequence), never NOT_LEADER_OR_FOLLOWER, which librdkafka takes as "not persisted" and
     sends again as a new message after an epoch bump: a duplicate in the log."""
-    from types import SimpleNamespace
-    from broker.diskless.commit_router import CommitRouter
 
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
         leader = LeaderLostAfterApplying(rig.committer)
-        view = SimpleNamespace(
-            partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))},
-            brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
-        )
-        router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
-        writer = WalWriter(
-            rig.store,
-            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
-            router,
-            None,
-            rig.metrics,
-            buffer_max_bytes=8 << 20,
-            linger_ms=5,
-            max_inflight_bytes=64 << 20,
-        )
+        writer = remote_writer(rig, leader, partitions=1)
         [answer] = writer.submit([rig.append(0, batch(0, producer_id=1))])
         result = await asyncio.wait_for(answer, 5)
         assert rig.partitions[0].log.log_end_offset > 0  # it was applied
