@@ -587,7 +587,7 @@ class Broker:
             quiet_min_bytes=config.wal_quiet_min_bytes,
             clock=self.clock,
             on_committed=self.uploads.record,
-            barriers=SequenceBarriers(config.producer_sequence_barriers_max),
+            barriers=SequenceBarriers(config.producer_sequence_barriers_max, self.clock.monotonic),
         )
         prefix = wal_prefix("", self.cluster_id)
         self.wal_reader = WalReader(self.objects, lambda object_id: prefix + object_id, self.cache)

@@ -161,7 +161,7 @@ class Partition:
         self.producers = producers
         # Producers whose batch failed to be written here: their later batches wait for its
         # retry (producers/barriers.py), as Kafka's would behind a log directory gone offline.
-        self.barriers = SequenceBarriers(max_barriers)
+        self.barriers = SequenceBarriers(max_barriers, clock.monotonic)
         self.settings = settings
         self.epochs = LeaderEpochCache.open(directory)
         if self.epochs.latest_epoch < 0 and log_.log_end_offset > log_.log_start_offset:

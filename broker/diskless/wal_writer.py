@@ -152,10 +152,12 @@ class WalWriter:
         barriers: SequenceBarriers | None = None,
     ) -> None:
         self._store = store
-        self._barriers = barriers if barriers is not None else SequenceBarriers(DEFAULT_MAX_BARRIERS)
         self._on_committed = on_committed
         self._reports: set[asyncio.Task[None]] = set()
         self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
+        self._barriers = (
+            barriers if barriers is not None else SequenceBarriers(DEFAULT_MAX_BARRIERS, self._clock.monotonic)
+        )
         self._keys = keys
         self._committer = committer
         self._cache = cache

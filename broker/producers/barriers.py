@@ -24,12 +24,16 @@ in-sync replicas for acks=all): a Kafka leader takes the whole log directory off
 
 Bounded: at most `max_entries` barriers per representative and per partition leader
 (`producer.sequence.barriers.max`; the oldest is dropped: its producer may then see the
-out-of-sequence answer described above, as without barriers).
+out-of-sequence answer described above, as without barriers), and a barrier lapses
+MAX_AGE_S after the failure it stands for (each failure of the retry renews it). A producer
+that retried somewhere else (its partition's leader or representative moved) and came back
+with later sequences must not be refused for ever.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Hashable
 
@@ -37,6 +41,7 @@ from ..protocol.batch import NO_SEQUENCE, BatchHeader
 from ..protocol.errors import ErrorCode
 
 DEFAULT_MAX_BARRIERS = 10_000  # producer.sequence.barriers.max
+MAX_AGE_S = 10.0  # a client retries a failed batch within its retry backoff, after draining
 HALF_SEQUENCE_SPACE = 1 << 30  # sequences wrap at 2**31: "higher" means less than half the space ahead
 
 
@@ -45,11 +50,13 @@ class Barrier:
     epoch: int
     first_sequence: int
     error: ErrorCode
+    since: float  # when the failure happened (the owner's monotonic clock, seconds)
 
 
 class SequenceBarriers:
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, monotonic: Callable[[], float]) -> None:
         self._max_entries = max_entries
+        self._monotonic = monotonic
         self._barriers: OrderedDict[tuple[Hashable, int], Barrier] = OrderedDict()
 
     def __len__(self) -> int:
@@ -60,14 +67,14 @@ class SequenceBarriers:
         if not _sequenced(header):
             return
         key = (partition, header.producer_id)
-        held = self._barriers.get(key)
+        held = self._live(key)
         if (
             held is not None
             and held.epoch == header.producer_epoch
             and _after(header.base_sequence, held.first_sequence)
         ):
             return  # an earlier barrier of this epoch already holds this one back
-        self._barriers[key] = Barrier(header.producer_epoch, header.base_sequence, error)
+        self._barriers[key] = Barrier(header.producer_epoch, header.base_sequence, error, self._monotonic())
         self._barriers.move_to_end(key)
         while len(self._barriers) > self._max_entries:
             self._barriers.popitem(last=False)
@@ -78,7 +85,7 @@ class SequenceBarriers:
         if not _sequenced(header):
             return None
         key = (partition, header.producer_id)
-        held = self._barriers.get(key)
+        held = self._live(key)
         if held is None:
             return None
         if header.producer_epoch == held.epoch and _after(header.base_sequence, held.first_sequence):
@@ -86,6 +93,13 @@ class SequenceBarriers:
         if header.producer_epoch >= held.epoch:  # the retry, or a bumped epoch: in order again
             del self._barriers[key]
         return None
+
+    def _live(self, key: tuple[Hashable, int]) -> Barrier | None:
+        held = self._barriers.get(key)
+        if held is not None and self._monotonic() - held.since > MAX_AGE_S:
+            del self._barriers[key]
+            return None
+        return held
 
 
 def _sequenced(header: BatchHeader) -> bool:

@@ -116,20 +116,6 @@ async def produce_pipelined(
                     f"{name}: OUT_OF_ORDER_SEQUENCE_NUMBER for {message.sent.batch} (epoch {epoch}, sequence "
                     f"{message.sequence}, next to acknowledge {part.next_ack}): librdkafka fails fatally"
                 )
-            print(
-                "BUMP",
-                loop.time(),
-                key,
-                message.sent.batch,
-                message.sequence,
-                part.next_ack,
-                result.error_message,
-                [
-                    (a.connection, a.wire, a.outcome, ErrorCode(a.error).name)
-                    for m in part.queue
-                    for a in m.sent.attempts
-                ],
-            )
             draining = True  # the earlier batch failed: drain, bump the epoch, send everything again
             return
         if code in RETRIABLE:
