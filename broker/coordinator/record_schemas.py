@@ -15,6 +15,7 @@ is a record without a value.
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 from kafka.protocol.data_container import DataContainer
@@ -71,43 +72,50 @@ class RecordSchema:
         self._struct.set_data_class(self._data_class)
         low, high = StructField.parse_versions(definition["validVersions"])
         self.versions = range(low, high + 1)
-        self._flexible_from = StructField.parse_versions(definition["flexibleVersions"])[0]
+        flexible_from = StructField.parse_versions(definition["flexibleVersions"])[0]
+        self._flexible = {v: 0 <= flexible_from <= v for v in self.versions}
+        self._encoders: dict[int, Any] = {}  # version -> kafka-python's compiled encoder
+        self._decoders: dict[int, Any] = {}
 
     def struct(self, name: str) -> Any:
         """The data class of the nested struct `name` (e.g. an array's element)."""
         return getattr(self._data_class, name)
 
     def encode(self, version: int, **fields: Any) -> bytes:
-        """int16 `version`, then `fields` at that version (Kafka's toVersionPrefixedBytes)."""
-        if version not in self.versions:
-            raise ValueError(f"{self.name} has no version {version}")
-        flexible = self._flexible(version)
-        item = self._data_class(version=version, **fields)
-        encoder = self._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)
+        """int16 `version`, then `fields` (by their snake_case names: every field of that
+        version, tagged ones when not their default) at that version, as Kafka's
+        toVersionPrefixedBytes writes them."""
+        encoder = self._encoders.get(version)
+        if encoder is None:
+            if version not in self.versions:
+                raise ValueError(f"{self.name} has no version {version}")
+            flexible = self._flexible[version]
+            encoder = self._encoders[version] = self._struct.compiled_encode_into(
+                version, compact=flexible, tagged=flexible
+            )
         with EncodeBufferPool.acquire() as out:
             out.ensure(_VERSION.size)
             _VERSION.pack_into(out.buf, 0, version)
             out.pos = _VERSION.size
-            encoder(item, out)
+            encoder(SimpleNamespace(**fields), out)  # the encoder reads attributes only
             return bytes(out.result())
 
     def decode(self, data: bytes | memoryview) -> tuple[int, Any]:
         """The version prefix and the message; an unknown version or unreadable bytes raise."""
         version = read_version(data, self.name)
-        if version not in self.versions:
-            raise UnknownRecordVersion(f"{self.name} version {version} is not supported (known: {self.versions})")
-        flexible = self._flexible(version)
-        decoder = self._struct.compiled_decode_from(
-            version, compact=flexible, tagged=flexible, data_class=self._data_class
-        )
+        decoder = self._decoders.get(version)
+        if decoder is None:
+            if version not in self.versions:
+                raise UnknownRecordVersion(f"{self.name} version {version} is not supported (known: {self.versions})")
+            flexible = self._flexible[version]
+            decoder = self._decoders[version] = self._struct.compiled_decode_from(
+                version, compact=flexible, tagged=flexible, data_class=self._data_class
+            )
         try:
             message, _end = decoder(memoryview(data), _VERSION.size)
         except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError) as exc:
             raise CorruptRecord(f"{self.name} version {version}: {exc}") from exc
         return version, message
-
-    def _flexible(self, version: int) -> bool:
-        return 0 <= self._flexible_from <= version
 
 
 def read_version(data: bytes | memoryview, what: str = "record") -> int:
