@@ -17,7 +17,9 @@ supplies) going through `lifecycle.ShardState`:
   superseded records (and more than twice its live ones), the shard's live state as
   appended so far is appended again; once that re-append is replicated the log start moves
   past the old records (replicate, then truncate: a follower that takes over in between
-  still holds everything). No side files, so followers get the same history.
+  still holds everything). No side files, so followers get the same history. A partition
+  whose log holds records of a format no longer written is compacted as soon as it is
+  loaded, which rewrites it in the current format (an upgrade's first leader does it).
 - **Timers** (`timers.ShardTimers`) are keyed by shard and cancelled when it unloads.
 - **Unload.** When leadership moves the shard answers what is parked and is dropped; the new
   leader replays the log.
@@ -59,6 +61,10 @@ class CoordinatorShard(Protocol):
 
     def compaction_floor(self) -> int | None:
         """The first offset compaction must keep (records of open transactions), None: any."""
+
+    def holds_legacy_records(self) -> bool:
+        """The replayed log holds records in a format this broker reads but no longer writes:
+        the runtime compacts right after the load, so that what is left is the current format."""
 
     def on_loaded(self) -> None:
         """Every batch is replayed: build what replay collected, arm timers."""
@@ -186,6 +192,9 @@ class CoordinatorRuntime(Generic[S]):
             raise
         slot.shard, slot.stats, slot.loaded_to = shard, stats, loaded_to
         slot.state = transition(slot.state, ShardState.ACTIVE)
+        if shard.holds_legacy_records():
+            log.info("%s-%d holds records of an older format: rewriting its live state", self.topic, index)
+            self._compact(index, slot, shard)
 
     def _unload(self, index: int) -> None:
         slot = self._slots[index]

@@ -22,20 +22,12 @@ from broker.groups.results import (
     Pending,
     SyncResult,
 )
-from broker.groups.snapshot import (
-    SNAPSHOT_VERSION,
-    GroupSnapshot,
-    MemberSnapshot,
-    UnknownGroupSnapshotVersionError,
-    decode_snapshot,
-    encode_snapshot,
-)
+from broker.groups.snapshot import GroupSnapshot, MemberSnapshot
 
 __all__ = [
     "DEAD_GROUP_DESCRIPTION",
     "GROUP_MAX_SIZE_REACHED",
     "NO_GENERATION",
-    "SNAPSHOT_VERSION",
     "UNKNOWN_MEMBER_ID",
     "VALID_PREVIOUS_STATES",
     "ClassicGroup",
@@ -52,7 +44,4 @@ __all__ = [
     "MemberView",
     "Pending",
     "SyncResult",
-    "UnknownGroupSnapshotVersionError",
-    "decode_snapshot",
-    "encode_snapshot",
 ]

@@ -26,8 +26,7 @@ from .membership import ClassicGroup, GroupState
 from .membership_config import GroupConfig
 from .results import GroupDescription, JoinResult, LeaveResult, SyncResult
 from .consumer_protocol import subscribed_topics
-from .offsets import OffsetChange
-from .offsets_records import OffsetKey, OffsetValue
+from .offsets import OffsetChange, OffsetValue
 from .shard import GroupShard, GroupShardContext
 
 if TYPE_CHECKING:
@@ -210,11 +209,10 @@ class GroupCoordinator:
         )
         if error != ErrorCode.NONE:
             return [error] * len(offsets)
-        codes, writes = self._offset_writes(group_id, offsets)
-        if writes:
-            changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
-            end = shard.append([(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes], changes)
-            self._metrics.offset_commits.inc(len(writes))
+        codes, changes = self._offset_writes(group_id, offsets)
+        if changes:
+            end = shard.append(offsets_records.offset_records(changes), changes)
+            self._metrics.offset_commits.inc(len(changes))
             failure = await self._runtime.replicated(shard.index, end)
             if failure is not None:
                 return [failure if c == ErrorCode.NONE else c for c in codes]
@@ -222,13 +220,13 @@ class GroupCoordinator:
 
     def _offset_writes(
         self, group_id: str, offsets: list[tuple["Topic | None", str, int, int, int, str | None, int]]
-    ) -> tuple[list[int], list[tuple[OffsetKey, OffsetValue]]]:
+    ) -> tuple[list[int], list[OffsetChange]]:
         """One error code per entry (unknown partition, metadata too large, or none) and the
-        records of the valid ones: (topic, name, partition, offset, leader_epoch, metadata,
-        expire_timestamp_ms)."""
+        offsets the valid ones set: (topic, name, partition, offset, leader_epoch, metadata,
+        expire_timestamp_ms). A null metadata is stored as "", as Kafka does."""
         now = self._now()
         codes: list[int] = []
-        writes: list[tuple[OffsetKey, OffsetValue]] = []
+        changes: list[OffsetChange] = []
         limit = self._config.offset_metadata_max_bytes
         for topic, name, partition, offset, epoch, metadata, expire_ms in offsets:
             if topic is None or not 0 <= partition < topic.partitions:
@@ -237,11 +235,8 @@ class GroupCoordinator:
                 codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
             else:
                 codes.append(ErrorCode.NONE)
-                key = OffsetKey(offsets_records.FORMAT_VERSION, group_id, name, partition)
-                writes.append(
-                    (key, OffsetValue(offsets_records.FORMAT_VERSION, offset, epoch, metadata, now, expire_ms))
-                )
-        return codes, writes
+                changes.append((group_id, name, partition, OffsetValue(offset, epoch, metadata or "", now, expire_ms)))
+        return codes, changes
 
     async def txn_commit_offsets(
         self,
@@ -275,10 +270,9 @@ class GroupCoordinator:
                 return [error] * len(offsets)
         elif generation_id >= 0:
             return [ErrorCode.ILLEGAL_GENERATION] * len(offsets)
-        codes, writes = self._offset_writes(group_id, [(*o, -1) for o in offsets])
-        if not writes:
+        codes, changes = self._offset_writes(group_id, [(*o, -1) for o in offsets])
+        if not changes:
             return codes
-        changes: list[OffsetChange] = [(group_id, key.topic, key.partition, value) for key, value in writes]
         # The partition checks the producer's epoch and sequence like any producer's batch:
         # continue the producer's sequence here (0 for a new epoch), as Kafka's coordinator
         # writes with its own producer state
@@ -289,7 +283,7 @@ class GroupCoordinator:
         try:
             end = shard.append_transactional(
                 (producer_id, producer_epoch, sequence),
-                [(offsets_records.encode(k), offsets_records.encode(v)) for k, v in writes],
+                offsets_records.offset_records(changes),
                 changes,
             )
         except ApiError as exc:

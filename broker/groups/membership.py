@@ -20,8 +20,8 @@ records a `GroupSnapshot`; the driver takes it with `ClassicGroup.take_store_req
 write it before it sends the completions of the same call. `ClassicGroup.from_snapshot` loads a
 group after coordinator failover; members get fresh session deadlines.
 
-Settings (`membership_config`), answers (`results`) and the snapshot codec (`snapshot`) live
-in modules of their own; this one is the state machine.
+Settings (`membership_config`), answers (`results`) and the snapshot (`snapshot`; its record
+is `offsets_records`') live in modules of their own; this one is the state machine.
 """
 
 from __future__ import annotations
@@ -42,12 +42,7 @@ from broker.groups.results import (
     Pending,
     SyncResult,
 )
-from broker.groups.snapshot import (
-    SUPPORTED_SNAPSHOT_VERSIONS,
-    GroupSnapshot,
-    MemberSnapshot,
-    UnknownGroupSnapshotVersionError,
-)
+from broker.groups.snapshot import GroupSnapshot, MemberSnapshot
 from broker.protocol.errors import ErrorCode
 from broker.randomness import process_uuid
 
@@ -1174,8 +1169,6 @@ class ClassicGroup:
         """Load a group (Kafka ``GroupMetadata.loadGroup`` + ``onGroupLoaded``): Stable with its
         members or Empty; every member gets a fresh session deadline; a group above
         ``group.max.size`` starts a rebalance."""
-        if snapshot.version not in SUPPORTED_SNAPSHOT_VERSIONS:
-            raise UnknownGroupSnapshotVersionError(f"group snapshot version {snapshot.version} is not supported")
         group = cls(snapshot.group_id, config, new_uuid=new_uuid, now_ms=now_ms)
         group._generation_id = snapshot.generation_id
         group._protocol_type = snapshot.protocol_type or None

@@ -15,8 +15,20 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Callable, Iterator
 
+import msgspec
+
 from ..partition_ids import TopicPartition
-from .offsets_records import OffsetValue
+
+
+class OffsetValue(msgspec.Struct, frozen=True):
+    """A committed offset (Kafka's OffsetAndMetadata): `metadata` is "" when the client sent
+    none, as Kafka stores it; `expire_timestamp_ms` only from OffsetCommit v2-v4's retention time."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int = -1
 
 
 class OffsetStore:

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..coordinator.record_batches import Record
 from ..protocol.errors import ErrorCode
-from . import offsets_records
+from . import legacy_records, offsets_records
 from .membership import ClassicGroup, GroupState
 from .membership_config import GroupConfig
 from .offsets import OffsetChange, ReplicatedOffsets
 from .offsets_records import GroupKey, OffsetKey
 from .results import JoinResult, Pending
-from .snapshot import decode_snapshot, encode_snapshot
 
 if TYPE_CHECKING:
     from ..coordinator.runtime import CoordinatorRuntime
@@ -56,11 +55,13 @@ class GroupShard:
         # of each producer's transactional records (compaction keeps them until the marker)
         self.txn_offsets: dict[int, list[OffsetChange]] = {}
         self._txn_first_offset: dict[int, int] = {}
+        self._legacy_records = False  # replay met records of Shoal's msgpack format
 
     # -- CoordinatorShard ------------------------------------------------------------------
     def replay(self, end_offset: int, batch: list[Record]) -> None:
         changes: list[OffsetChange] = []
         for raw_key, value in batch:
+            self._legacy_records |= legacy_records.is_legacy(raw_key)
             key = offsets_records.decode_key(raw_key)
             if isinstance(key, OffsetKey):
                 changes.append(
@@ -71,7 +72,7 @@ class GroupShard:
                         None if value is None else offsets_records.decode_offset(value),
                     )
                 )
-            else:
+            elif isinstance(key, GroupKey):
                 self._loaded_snapshots[key.group] = value
         self.offsets.appended(end_offset, changes)
 
@@ -79,6 +80,7 @@ class GroupShard:
         changes = self.txn_offsets.setdefault(producer_id, [])
         self._txn_first_offset.setdefault(producer_id, first_offset)
         for raw_key, value in batch:
+            self._legacy_records |= legacy_records.is_legacy(raw_key)
             key = offsets_records.decode_key(raw_key)
             if isinstance(key, OffsetKey) and value is not None:
                 changes.append((key.group, key.topic, key.partition, offsets_records.decode_offset(value)))
@@ -94,6 +96,9 @@ class GroupShard:
     def compaction_floor(self) -> int | None:
         return min(self._txn_first_offset.values(), default=None)
 
+    def holds_legacy_records(self) -> bool:
+        return self._legacy_records
+
     def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
         return any(
             (g, t, p) == (group_id, topic, partition) for changes in self.txn_offsets.values() for g, t, p, _ in changes
@@ -105,7 +110,10 @@ class GroupShard:
         for group_id, value in self._loaded_snapshots.items():
             if value is not None:
                 group = self.groups[group_id] = ClassicGroup.from_snapshot(
-                    decode_snapshot(value), self._context.config, now, new_uuid=self._context.new_uuid
+                    offsets_records.decode_group(group_id, value),
+                    self._context.config,
+                    now,
+                    new_uuid=self._context.new_uuid,
                 )
                 self._arm(group)
         self._loaded_snapshots = {}
@@ -117,19 +125,9 @@ class GroupShard:
         live: list[Record] = []
         for group_id, group in self.groups.items():
             if group.state is not GroupState.DEAD:
-                live.append(
-                    (
-                        offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group_id)),
-                        encode_snapshot(group.to_snapshot()),
-                    )
-                )
+                live.append((offsets_records.group_key(group_id), offsets_records.group_value(group.to_snapshot())))
         for group_id, topic, p, value in self.offsets.latest.items():
-            live.append(
-                (
-                    offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, topic, p)),
-                    offsets_records.encode(value),
-                )
-            )
+            live.append((offsets_records.offset_key(group_id, topic, p), offsets_records.offset_value(value)))
         return live
 
     def on_unloaded(self) -> None:
@@ -164,8 +162,7 @@ class GroupShard:
         """Persist a store point, then answer parked requests, then re-arm the group's timer."""
         snapshot = group.take_store_request()
         if snapshot is not None:
-            key = offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group.group_id))
-            self.append([(key, encode_snapshot(snapshot))])
+            self.append([(offsets_records.group_key(group.group_id), offsets_records.group_value(snapshot))])
         rebalanced = False
         for pending, answer in group.take_completions():
             rebalanced |= isinstance(answer, JoinResult) and answer.error_code == ErrorCode.NONE
@@ -224,12 +221,8 @@ class GroupShard:
                 by_group.setdefault(group_id, []).append((topic, partition))
         end: int | None = None
         for group_id, keys in by_group.items():
-            tombstones: list[Record] = [
-                (offsets_records.encode(OffsetKey(offsets_records.FORMAT_VERSION, group_id, t, p)), None)
-                for t, p in keys
-            ]
             changes: list[OffsetChange] = [(group_id, t, p, None) for t, p in keys]
-            end = self.append(tombstones, changes)
+            end = self.append(offsets_records.offset_records(changes), changes)
         return end
 
     def forget_group(self, group_id: str) -> None:
@@ -237,7 +230,7 @@ class GroupShard:
         if group is not None:
             group.unload(self._context.now_ms(), ErrorCode.COORDINATOR_NOT_AVAILABLE)
             self.deliver(group)
-            self.append([(offsets_records.encode(GroupKey(offsets_records.FORMAT_VERSION, group_id)), None)])
+            self.append([(offsets_records.group_key(group_id), None)])
 
     # -- housekeeping ----------------------------------------------------------------------
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from ..coordinator.record_batches import Record
-from . import records
+from . import legacy_records, records
 from .metadata import PREPARING, TransactionMetadata, TxnState
 
 if TYPE_CHECKING:
@@ -39,10 +39,12 @@ class TransactionShard:
         self.txns: dict[str, TransactionMetadata] = {}
         self.coordinator_epoch = context.coordinator_epoch(index)
         self.active = True
+        self._legacy_records = False  # replay met records of Shoal's msgpack format
 
     # -- CoordinatorShard ------------------------------------------------------------------
     def replay(self, end_offset: int, batch: list[Record]) -> None:
         for raw_key, value in batch:
+            self._legacy_records |= legacy_records.is_legacy(raw_key)
             txn_id = records.decode_key(raw_key)
             if value is None:
                 self.txns.pop(txn_id, None)
@@ -57,6 +59,9 @@ class TransactionShard:
 
     def compaction_floor(self) -> int | None:
         return None
+
+    def holds_legacy_records(self) -> bool:
+        return self._legacy_records
 
     def on_loaded(self) -> None:
         for txn in list(self.txns.values()):

@@ -120,12 +120,14 @@ class KeyValueShard:
         self.latest: dict[bytes, bytes] = {}
         self.exposed_to = -1
         self.events: list[str] = []
+        self.legacy = False  # replay saw a key starting with b"old:" (an older format)
 
     def replay(self, end_offset: int, records: list[Record]) -> None:
         self.put(records)
 
     def put(self, records: list[Record]) -> None:
         for key, value in records:
+            self.legacy |= key.startswith(b"old:")
             if value is None:
                 self.latest.pop(key, None)
             else:
@@ -139,6 +141,9 @@ class KeyValueShard:
 
     def compaction_floor(self) -> int | None:
         return None
+
+    def holds_legacy_records(self) -> bool:
+        return self.legacy
 
     def on_loaded(self) -> None:
         self.events.append("loaded")
@@ -246,5 +251,33 @@ def test_compaction_reappends_the_live_state_with_the_triggering_write_then_trun
         await asyncio.sleep(0)
         assert partition.log.log_start_offset == 4
         await runtime.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_log_with_records_of_an_older_format_is_rewritten_right_after_the_load() -> None:
+    """An upgrade: the shard reads what an older broker wrote and says so; the runtime
+    re-appends the live state (in the format written today) and, once that is replicated,
+    moves the log start past the old records, with no write needed to trigger it."""
+
+    async def scenario() -> None:
+        partition = FakePartition()
+        partition.append_records(memoryview(build_batch([(b"old:k", b"1"), (b"old:j", b"2")], 0)), acks=1)
+        partition.append_records(memoryview(build_batch([(b"old:k", None)], 0)), acks=1)
+        runtime, made = make_runtime(partition)
+        runtime.on_role_changed(partition)  # type: ignore[arg-type]
+        assert made[0].legacy and runtime.shard(0) is made[0]
+        assert partition.log.batches[-1][1] == build_batch([(b"old:j", b"2")], 0)  # the live state again
+        assert partition.log.log_end_offset == 4
+        partition.log.high_watermark = 4
+        await asyncio.sleep(0)
+        assert partition.log.log_start_offset == 3
+        await runtime.stop()
+        # without older records nothing is rewritten at load
+        fresh = FakePartition()
+        fresh.append_records(memoryview(build_batch([(b"k", b"1")], 0)), acks=1)
+        fresh_runtime, _ = make_runtime(fresh)
+        fresh_runtime.on_role_changed(fresh)  # type: ignore[arg-type]
+        assert fresh.log.log_end_offset == 1 and fresh.log.log_start_offset == 0
 
     asyncio.run(scenario())

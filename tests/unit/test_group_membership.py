@@ -14,10 +14,8 @@ from broker.groups import (
     JoinResult,
     Pending,
     SyncResult,
-    UnknownGroupSnapshotVersionError,
-    decode_snapshot,
-    encode_snapshot,
 )
+from broker.groups.offsets_records import decode_group, group_value
 from broker.protocol.errors import ErrorCode
 from tests.unit.group_membership_support import (
     REBALANCE_MS,
@@ -534,8 +532,7 @@ def test_snapshot_round_trip_and_reload():
     group, clock, results = form_group(3, instances=[None, "i1", None])
     synced = complete_sync(group, clock, results)
     snap = group.to_snapshot()
-    data = encode_snapshot(snap)
-    back = decode_snapshot(data)
+    back = decode_group(group.group_id, group_value(snap))  # through its __consumer_offsets record
     assert back == snap and isinstance(back, GroupSnapshot)
     assert back.generation_id == 1 and back.protocol_name == "range"
     assert back.leader_id == results[0].member_id
@@ -567,17 +564,6 @@ def test_snapshot_of_empty_group_and_over_capacity_reload():
     complete_sync(g3, clock3, results)
     small = ClassicGroup.from_snapshot(g3.to_snapshot(), GroupConfig(max_size=2), clock3.now_ms())
     assert small.state is GroupState.PREPARING_REBALANCE
-
-
-def test_snapshot_unknown_version_is_rejected():
-    group, _ = make_group()
-    import msgspec
-
-    bad = msgspec.structs.replace(group.to_snapshot(), version=99)
-    with pytest.raises(UnknownGroupSnapshotVersionError):
-        decode_snapshot(encode_snapshot(bad))
-    with pytest.raises(UnknownGroupSnapshotVersionError):
-        ClassicGroup.from_snapshot(bad, None, 0)
 
 
 def test_illegal_transition_is_rejected():

@@ -193,10 +193,10 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule()
     def snapshot_round_trip(self):
-        from broker.groups import decode_snapshot, encode_snapshot
+        from broker.groups.offsets_records import decode_group, group_value
 
         snap = self.group.to_snapshot()
-        assert decode_snapshot(encode_snapshot(snap)) == snap
+        assert decode_group(snap.group_id, group_value(snap)) == snap
 
     # ---- invariants -----------------------------------------------------------------------
 

@@ -170,15 +170,13 @@ def test_group_shard_applies_transactional_offsets_at_the_commit_marker() -> Non
     from typing import Any, cast
 
     from broker.groups import offsets_records as o
+    from broker.groups.offsets import OffsetValue
     from broker.groups.shard import GroupShard
 
     shard = GroupShard(0, cast(Any, None))  # replay needs no context
 
     def record(group: str, offset: int) -> tuple[bytes, bytes]:
-        return (
-            o.encode(o.OffsetKey(o.FORMAT_VERSION, group, "t", 0)),
-            o.encode(o.OffsetValue(o.FORMAT_VERSION, offset, -1, None, 0)),
-        )
+        return o.offset_key(group, "t", 0), o.offset_value(OffsetValue(offset, -1, "", 0))
 
     shard.replay_transactional(5, 6, 7, [record("g", 10)])
     shard.replay_transactional(6, 7, 8, [record("h", 20)])
