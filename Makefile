@@ -35,11 +35,14 @@ dev-cluster: $(STAMP)
 ## rules from Debian's packages when missing, pyspark from PyPI), lint, and run the whole
 ## suite. `.ci/run` runs it with CI=true: a missing etcd, moto server or node/kafkajs then fails
 ## the tests that need it instead of skipping them (tests/gates.py). No test asserts a duration.
+## TEST_JOBS xdist workers run it (most of an integration test is waiting on processes and
+## sockets): each test module runs whole on one worker, simulation chunks anywhere.
+TEST_JOBS ?= 4
 test: $(STAMP) lint
 	bash .ci/install-etcd
 	bash .ci/install-java
 	bash .ci/install-promtool
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadgroup
 
 ## Static checks (settings in pyproject.toml): ruff's formatting and its rules (errors such as
 ## unused imports and undefined names; the banned time/random/uuid APIs), mypy on broker/ and

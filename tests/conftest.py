@@ -7,10 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.etcd_server import EtcdServer, require_etcd_binary, start_etcd
 from tests.gates import require_module
 from tests.moto_server import FAKE_AWS_ENV, MotoServer, start_moto, stop_process
+
+# No test asserts a duration (docs/testing.md), hypothesis' per-example deadline included: under
+# xdist on two cores an example may wait for a core longer than its 200 ms default.
+settings.register_profile("shoal", deadline=None)
+settings.load_profile("shoal")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the suite in xdist workers with `--dist loadgroup`: each test module runs
+    whole on one worker (its module fixtures and its order stay as written), except tests marked
+    `spread` (independent simulation chunks), which go to whichever worker is free."""
+    for item in items:
+        if item.get_closest_marker("spread") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

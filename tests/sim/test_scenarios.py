@@ -1,7 +1,8 @@
 """Every registered scenario over its `test_seeds`, as `make test` runs the tier: through the
-CLI in a child process with PYTHONHASHSEED=0 (so a failure's replay command reproduces it
-exactly) and both cores (SHOAL_SIM_JOBS overrides). A failure shows the CLI's reports:
-the broken invariant, the trace's tail and `make sim SCENARIO=... SEEDS=...`."""
+CLI in child processes with PYTHONHASHSEED=0 (so a failure's replay command reproduces it
+exactly), each scenario's seeds split into chunks that xdist's workers run side by side. A
+failure shows the CLI's reports: the broken invariant, the trace's tail and
+`make sim SCENARIO=... SEEDS=...`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.sim.registry import all_scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,11 +28,28 @@ def sim_cli(*args: str, hash_seed: str | None = "0") -> subprocess.CompletedProc
     )
 
 
-def test_every_scenario_passes_its_test_seeds() -> None:
-    jobs = os.environ.get("SHOAL_SIM_JOBS", str(min(2, os.cpu_count() or 1)))
-    result = sim_cli("--scenario", "all", "--jobs", jobs)
+CHUNKS_PER_SCENARIO = 4  # each scenario's test seeds in this many tests, so xdist spreads them
+
+
+def seed_chunks() -> list[tuple[str, int, int]]:
+    """(scenario, first seed, end seed) covering every scenario's `test_seeds` exactly once."""
+    chunks = []
+    for scenario in all_scenarios():
+        size = -(-scenario.test_seeds // CHUNKS_PER_SCENARIO)
+        for low in range(0, scenario.test_seeds, size):
+            chunks.append((scenario.name, low, min(low + size, scenario.test_seeds)))
+    return chunks
+
+
+@pytest.mark.spread
+@pytest.mark.parametrize(("scenario", "low", "high"), seed_chunks(), ids=lambda v: str(v))
+def test_every_scenario_passes_its_test_seeds(scenario: str, low: int, high: int) -> None:
+    """One child process per chunk with one job: under `make test` the chunks run in xdist's
+    workers side by side (SHOAL_SIM_JOBS gives a chunk more worker processes)."""
+    jobs = os.environ.get("SHOAL_SIM_JOBS", "1")
+    result = sim_cli("--scenario", scenario, "--seeds", f"{low}..{high}", "--jobs", jobs)
     assert result.returncode == 0, f"simulation failures:\n{result.stdout}\n{result.stderr}"
-    assert "0 failed" in result.stdout, result.stdout
+    assert " 0 failed" in result.stdout, result.stdout
 
 
 def test_a_seed_tells_the_same_story_in_every_process() -> None:
