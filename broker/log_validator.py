@@ -122,7 +122,7 @@ def _check_header(batch: memoryview, header: BatchHeader, settings: TopicSetting
             ErrorCode.INVALID_RECORD,
             f"batch claims {header.records_count} records with lastOffsetDelta {header.last_offset_delta}",
         )
-    if header.compression > max(Codec):
+    if header.compression > Codec.ZSTD:
         raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {header.compression}")
     if header.is_control:
         raise ApiError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
