@@ -84,6 +84,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.walgc
 	$(BIN)/python -m tests.bench.tiering
 	$(BIN)/python -m tests.bench.transactions
+	$(BIN)/python -m tests.bench.validator
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

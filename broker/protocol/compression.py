@@ -6,9 +6,10 @@ LogValidator does the same) and, on a topic whose `compression.type` names anoth
 recompresses the same record bytes. A v2 batch's records section is one compressed stream of
 the records as they would be uncompressed, so neither needs to look at records here.
 
-Output comes in chunks of at most `CHUNK_BYTES` (or one snappy block), never the whole stream
-at once, and decompression stops with CodecError once the output passes `max_bytes`: a small
-batch that expands without end (a decompression bomb) costs bounded memory and bounded time.
+Output comes in chunks (at most `CHUNK_BYTES` for gzip and lz4, `ZSTD_MAX_CHUNK_BYTES` for
+zstd, one block for snappy), never the whole stream at once, and decompression stops with
+CodecError once the output passes `max_bytes`: a small batch that expands without end (a
+decompression bomb) costs bounded memory and bounded time.
 
 Formats, as Kafka reads and writes them (org.apache.kafka.common.compress):
 - gzip: RFC 1952 members (java.util.zip's GZIP streams; several members are read in turn);
@@ -80,7 +81,7 @@ def _gzip(data: bytes | memoryview, max_bytes: int) -> Iterator[bytes]:
                 rest = decoder.unconsumed_tail
                 if out:
                     yield out
-                elif not rest:
+                elif not rest and not decoder.eof:
                     raise CodecError("gzip stream is truncated")
         except zlib.error as exc:
             if first:
@@ -136,15 +137,17 @@ def _lz4(data: bytes | memoryview, max_bytes: int) -> Iterator[bytes]:
             rest = b""
             if out:
                 yield out
-            elif decoder.needs_input:
+            elif decoder.needs_input and not decoder.eof:
                 raise CodecError("lz4 stream is truncated")
     except RuntimeError as exc:  # what the lz4 binding raises for a malformed frame
         raise CodecError(f"not an lz4 frame: {exc}") from None
 
 
-# A zstd block of 4 bytes may stand for 128 KiB (an RLE block): input goes in small slices so
-# that no single call produces more than 128 KiB * _ZSTD_SLICE / 4.
+# A zstd block of 4 bytes may stand for 128 KiB (an RLE block), and zstandard's incremental
+# decoder returns everything a call's input yields: input goes in small slices, so that no
+# call produces more than 128 KiB per 4 bytes of it.
 _ZSTD_SLICE = 256
+ZSTD_MAX_CHUNK_BYTES = (128 << 10) * _ZSTD_SLICE // 4  # 8 MiB
 
 
 def _zstd(data: bytes | memoryview, max_bytes: int) -> Iterator[bytes]:
@@ -154,7 +157,7 @@ def _zstd(data: bytes | memoryview, max_bytes: int) -> Iterator[bytes]:
     try:
         while pos < len(view):
             out = decoder.decompress(view[pos : pos + _ZSTD_SLICE])
-            pos += _ZSTD_SLICE
+            pos = min(pos + _ZSTD_SLICE, len(view))
             if out:
                 yield out
             if decoder.eof:  # one frame done; what follows is the next one

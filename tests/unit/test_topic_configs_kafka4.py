@@ -81,7 +81,11 @@ TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 async def describe(client: InProcessClient, topic: str) -> dict[str, tuple[str, int, int]]:
     """name -> (value, source, type)."""
     request = DescribeConfigsRequest(
-        resources=[DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name=topic, configuration_keys=None)],
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=2, resource_name=topic, configuration_keys=None
+            )
+        ],
         include_synonyms=True,
         include_documentation=True,
     )
