@@ -149,10 +149,9 @@ def _store_as_kafka_does(
     """Walk the records (step 2) and give the batch the timestamp type, maxTimestamp and
     codec Kafka would store it with (step 3)."""
     producer_stamped = bool(header.attributes & TIMESTAMP_TYPE_LOG_APPEND)
-    if settings.log_append_time or producer_stamped:
-        window = (_LONG_MIN, _LONG_MAX)  # no record timestamp to check (or only the header's, below)
-    else:
-        window = _window(settings, now_ms)
+    accepted = _window(settings, now_ms)
+    # LogAppendTime: no record timestamp to check; a producer's LogAppendTime flag: only the header's
+    window = (_LONG_MIN, _LONG_MAX) if settings.log_append_time or producer_stamped else accepted
     source = Codec(header.compression)
     target = source if settings.compression is None else settings.compression
     records = batch[BATCH_HEADER_SIZE:]
@@ -167,13 +166,13 @@ def _store_as_kafka_does(
     except CodecError as exc:
         raise ApiError(ErrorCode.INVALID_RECORD, f"Failed to decompress record stream: {exc}") from None
     if producer_stamped:
-        max_ts, invalid = _producer_stamped(header, settings, window, now_ms)
+        max_ts, invalid = _producer_stamped(header, settings, accepted)
     if invalid:
         raise ApiError(
             ErrorCode.INVALID_TIMESTAMP,
             "One or more records have been rejected due to invalid timestamp: record(s) "
             f"{', '.join(map(str, invalid[:5]))}{' ...' if len(invalid) > 5 else ''} of the batch are outside "
-            f"[{window[0]}, {window[1]}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms)",
+            f"[{accepted[0]}, {accepted[1]}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms)",
         )
     if settings.log_append_time:
         attributes, max_ts = header.attributes | TIMESTAMP_TYPE_LOG_APPEND, now_ms
@@ -216,9 +215,7 @@ def _through_codecs(
     return max_ts, invalid, pieces if recompress else None
 
 
-def _producer_stamped(
-    header: BatchHeader, settings: TopicSettings, window: tuple[int, int], now_ms: int
-) -> tuple[int, list[int]]:
+def _producer_stamped(header: BatchHeader, settings: TopicSettings, accepted: tuple[int, int]) -> tuple[int, list[int]]:
     """A producer that set the LogAppendTime flag itself: every record's timestamp is the
     header's maxTimestamp. Kafka refuses it on a LogAppendTime topic and when that timestamp
     is -1; on a CreateTime topic it checks it like any record's and stores the batch as
@@ -229,24 +226,25 @@ def _producer_stamped(
             ErrorCode.INVALID_TIMESTAMP,
             "Invalid timestamp type in message: producer should not set timestamp type to LogAppendTime",
         )
-    earliest, latest = _window(settings, now_ms)
-    return ts, list(range(header.records_count)) if not earliest <= ts <= latest else []
+    return ts, list(range(header.records_count)) if not accepted[0] <= ts <= accepted[1] else []
 
 
 def _rewrite(
     batch: memoryview, attributes: int, max_ts: int, rebuilt: list[bytes | memoryview] | None, settings: TopicSettings
 ) -> ValidatedBatch:
-    """The batch with new attributes and maxTimestamp (and records section, when rebuilt):
-    batchLength and CRC32C follow; offsets, epoch, producer fields and count stay."""
-    head = bytearray(batch[:BATCH_HEADER_SIZE])
-    records: bytes | memoryview = batch[BATCH_HEADER_SIZE:] if rebuilt is None else b"".join(rebuilt)
-    _INT16.pack_into(head, OFFSET_ATTRIBUTES, attributes)
-    _INT64.pack_into(head, OFFSET_MAX_TIMESTAMP, max_ts)
-    _INT32.pack_into(head, OFFSET_LENGTH, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(records))
-    _UINT32.pack_into(head, OFFSET_CRC, crc32c.crc32c(records, crc32c.crc32c(memoryview(head)[OFFSET_ATTRIBUTES:])))
-    data = memoryview(b"".join((head, records)))
+    """The batch with new attributes and maxTimestamp (and records section, when rebuilt),
+    in one new buffer: batchLength and CRC32C follow; offsets, epoch, producer fields and
+    count stay."""
+    out = bytearray(batch[:BATCH_HEADER_SIZE])
+    for piece in [batch[BATCH_HEADER_SIZE:]] if rebuilt is None else rebuilt:
+        out += piece
+    _INT16.pack_into(out, OFFSET_ATTRIBUTES, attributes)
+    _INT64.pack_into(out, OFFSET_MAX_TIMESTAMP, max_ts)
+    _INT32.pack_into(out, OFFSET_LENGTH, len(out) - LOG_OVERHEAD)
+    _UINT32.pack_into(out, OFFSET_CRC, crc32c.crc32c(memoryview(out)[OFFSET_ATTRIBUTES:]))
     if rebuilt is not None:
-        _check_size(len(data), settings)
+        _check_size(len(out), settings)
+    data = memoryview(out)
     return ValidatedBatch(parse_header(data), data)
 
 
