@@ -6,8 +6,8 @@ LogValidator does the same) and, on a topic whose `compression.type` names anoth
 recompresses the same record bytes. A v2 batch's records section is one compressed stream of
 the records as they would be uncompressed, so neither needs to look at records here.
 
-Output comes in chunks (at most `CHUNK_BYTES` for gzip and lz4, `ZSTD_MAX_CHUNK_BYTES` for
-zstd, one block for snappy), never the whole stream at once, and decompression stops with
+Output comes in chunks (at most `CHUNK_BYTES`, or one snappy block), never the whole stream
+at once, and decompression stops with
 CodecError once the output passes `max_bytes`: a small batch that expands without end (a
 decompression bomb) costs bounded memory and bounded time.
 
@@ -143,31 +143,71 @@ def _lz4(data: bytes | memoryview, max_bytes: int) -> Iterator[bytes]:
         raise CodecError(f"not an lz4 frame: {exc}") from None
 
 
-# A zstd block of 4 bytes may stand for 128 KiB (an RLE block), and zstandard's incremental
-# decoder returns everything a call's input yields: input goes in small slices, so that no
-# call produces more than 128 KiB per 4 bytes of it.
-_ZSTD_SLICE = 256
-ZSTD_MAX_CHUNK_BYTES = (128 << 10) * _ZSTD_SLICE // 4  # 8 MiB
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+_ZSTD_BLOCKS_PER_CALL = CHUNK_BYTES // (128 << 10)  # a block decompresses to at most 128 KiB
+_DID_BYTES = (0, 1, 2, 4)
+_FCS_BYTES = (0, 2, 4, 8)
 
 
 def _zstd(data: bytes | memoryview, max_bytes: int) -> Iterator[bytes]:
-    view = memoryview(data)
-    pos = 0
-    decoder = zstandard.ZstdDecompressor().decompressobj(write_size=CHUNK_BYTES)
+    """zstandard's incremental decoder returns all a call's input yields, and a 4-byte block
+    may stand for 128 KiB: it is fed whole blocks, two at a time, found by reading the frame
+    and block headers (RFC 8878), so that no call yields more than CHUNK_BYTES."""
+    decoder = None
     try:
-        while pos < len(view):
-            out = decoder.decompress(view[pos : pos + _ZSTD_SLICE])
-            pos = min(pos + _ZSTD_SLICE, len(view))
+        for piece, frame_ends in _zstd_pieces(memoryview(data)):
+            if decoder is None:
+                decoder = zstandard.ZstdDecompressor().decompressobj(write_size=CHUNK_BYTES)
+            out = decoder.decompress(piece)
             if out:
                 yield out
-            if decoder.eof:  # one frame done; what follows is the next one
-                pos -= len(decoder.unused_data)
-                if pos < len(view):
-                    decoder = zstandard.ZstdDecompressor().decompressobj(write_size=CHUNK_BYTES)
+            if frame_ends:
+                if not decoder.eof:
+                    raise CodecError("zstd frame is incomplete")
+                decoder = None
     except zstandard.ZstdError as exc:
         raise CodecError(f"not a zstd stream: {exc}") from None
-    if not decoder.eof:
+
+
+def _zstd_pieces(view: memoryview) -> Iterator[tuple[memoryview, bool]]:
+    """(slice of the input, whether a frame ends with it): a frame's header with its first
+    blocks, then up to _ZSTD_BLOCKS_PER_CALL blocks at a time; skippable frames are left out."""
+    pos, end = 0, len(view)
+    if end == 0:
+        raise CodecError("zstd stream is empty")
+    while pos < end:
+        magic = _le(view, pos, 4)
+        if magic in _ZSTD_SKIPPABLE:
+            pos += 8 + _le(view, pos + 4, 4)
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise CodecError(f"not a zstd frame (magic {magic:#x})")
+        descriptor = _le(view, pos + 4, 1)
+        single_segment = descriptor >> 5 & 1
+        fcs = _FCS_BYTES[descriptor >> 6] or single_segment  # size 0 means 1 byte in a single segment
+        start, pos = pos, pos + 5 + (1 - single_segment) + _DID_BYTES[descriptor & 3] + fcs
+        blocks, last = 0, False
+        while not last:
+            header = _le(view, pos, 3)
+            last, kind, size = bool(header & 1), header >> 1 & 3, header >> 3
+            if kind == 3:
+                raise CodecError("zstd block of the reserved type")
+            pos += 3 + (1 if kind == 1 else size)  # an RLE block holds one byte
+            blocks += 1
+            if last:
+                pos += 4 * (descriptor >> 2 & 1)  # the content checksum
+            if pos > end:
+                raise CodecError("zstd stream is truncated")
+            if last or blocks == _ZSTD_BLOCKS_PER_CALL:
+                yield view[start:pos], last
+                start, blocks = pos, 0
+
+
+def _le(view: memoryview, pos: int, size: int) -> int:
+    if pos + size > len(view):
         raise CodecError("zstd stream is truncated")
+    return int.from_bytes(view[pos : pos + size], "little")
 
 
 _DECODERS = {
