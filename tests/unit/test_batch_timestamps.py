@@ -122,6 +122,27 @@ def test_batches_without_max_timestamp_are_stored_with_the_records_maximum(tmp_p
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
+def test_time_retention_reads_the_records_time(tmp_path: Path, mode: str) -> None:
+    """Records written ten days ago by a client that leaves maxTimestamp at -1: retention.ms
+    (one week) deletes their segment, by their own time, not by the file's age."""
+
+    async def scenario() -> None:
+        async with InProcessBroker(tmp_path) as harness:
+            client = harness.client()
+            now = harness.clock.now_ms()
+            configs = {"diskless.enable": MODES[mode], "segment.bytes": "1000"}
+            assert await client.create_topic("old", 1, configs) == 0
+            for i in range(3):  # a segment each
+                batch = build_batch([(None, b"x" * 600)], timestamps=[now - 10 * 24 * HOUR + i])
+                assert await client.produce("old", 0, without_max_timestamp(batch)) == (0, i)
+            log = harness.broker.replica_manager.get("old", 0).log
+            assert len(log.segment_base_offsets) >= 3
+            assert log.enforce_retention(now) >= 2 and log.log_start_offset >= 2
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("codec", [NONE, GZIP])
 def test_a_record_far_in_the_future_is_refused_wherever_it_is(tmp_path: Path, mode: str, codec: int) -> None:
     async def scenario() -> None:
