@@ -181,3 +181,36 @@ def test_zstd_is_refused_below_produce_v7(tmp_path: Path, mode: str) -> None:
             ] * 4 + [ZSTD]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_recompressed_batch_and_its_retry(tmp_path: Path, mode: str) -> None:
+    """compression.type=zstd: an idempotent producer's lz4 batch is stored in zstd (its size
+    changes: the diskless coordinates are the new batch's), and its retry is recognised by its
+    sequences and answered with the first offsets, not stored twice."""
+
+    async def scenario() -> None:
+        async with InProcessBroker(tmp_path) as harness:
+            client = harness.client()
+            configs = {"diskless.enable": MODES[mode], "compression.type": "zstd"}
+            assert await client.create_topic("z", 1, configs) == 0
+            init = await client.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), 2)
+            batches = [
+                build_batch(
+                    [(b"k%d" % i, b"value %d " % i * 30) for i in range(4)],
+                    compression=LZ4,
+                    producer_id=init.producer_id,
+                    producer_epoch=init.producer_epoch,
+                    base_sequence=seq,
+                )
+                for seq in (0, 4)
+            ]
+            assert await client.produce("z", 0, batches[0]) == (0, 0)
+            assert await client.produce("z", 0, batches[0]) == (0, 0)  # the retry
+            assert await client.produce("z", 0, batches[1]) == (0, 4)
+            stored = stored_batches((await client.fetch("z", 0, 0)).records)
+            assert [(b.base_offset, b.compression_type) for b in stored] == [(0, ZSTD), (4, ZSTD)]
+            assert [r.value for b in stored for r in b] == [b"value %d " % i * 30 for i in range(4)] * 2
+            assert stored[0].size_in_bytes != len(batches[0])
+
+    asyncio.run(scenario())
