@@ -115,6 +115,9 @@ def test_max_timestamp_of_a_batch_whose_header_says_minus_one() -> None:
         (b"\x00\x00", "invalid record structure"),  # an empty record body, then its attributes byte
         (b"\x01", "negative record length"),
         (b"\x28\x00" + b"\xff" * 10, "Varlong is too long"),  # 20 bytes long; its timestamp delta never ends
+        (b"\x10\x00\x00\x00\x01\x01\x02\x01\x01", "negative header key"),  # null key, value; a header with a null key
+        (b"\x10\x00\x00\x00\x01\x01\x7f\x00\x00", "number of record headers"),  # -64 headers
+        (b"\x10\x00\x00\x00\x01\x01\x40\x00\x00", "number of record headers"),  # 32 headers in 2 bytes
     ],
 )
 def test_structural_faults_name_what_is_wrong(section: bytes, message: str) -> None:
