@@ -19,13 +19,17 @@ RUN if [ "$TIERING" = "true" ]; then \
     && useradd --uid 10001 --gid 10001 --home-dir /home/shoal --create-home --shell /usr/sbin/nologin shoal
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY broker ./broker
 COPY walfiles ./walfiles
 COPY tiering ./tiering
 COPY spark_jobs ./spark_jobs
-RUN if [ "$TIERING" = "true" ]; then pip install '.[tiering]'; else pip install .; fi \
-    && rm -rf /src /root/.cache \
+# gcc builds the one C extension (broker/protocol/_records.c) and leaves with its layer.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev \
+    && if [ "$TIERING" = "true" ]; then pip install '.[tiering]'; else pip install .; fi \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* /src /root/.cache \
     && mkdir -p /var/lib/shoal \
     && chown shoal:shoal /var/lib/shoal
 

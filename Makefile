@@ -8,7 +8,9 @@ STAMP  := $(VENV)/.installed
 
 # Also installs kafkajs (tests/js) for tests/integration/test_kafkajs.py, which skip without
 # node/npm, but fail when CI=true.
-$(STAMP): pyproject.toml tests/js/package.json tests/js/package-lock.json
+# `pip install -e` also builds the C extension (setup.py: broker/protocol/_records.c) in place:
+# a change to it reinstalls.
+$(STAMP): pyproject.toml setup.py broker/protocol/_records.c tests/js/package.json tests/js/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,tiering]'
@@ -85,6 +87,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.walgc
 	$(BIN)/python -m tests.bench.tiering
 	$(BIN)/python -m tests.bench.transactions
+	$(BIN)/python -m tests.bench.validator
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

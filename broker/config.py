@@ -106,6 +106,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     log_index_interval_bytes: NonNegative = 4096
     log_index_size_max_bytes: Annotated[int, msgspec.Meta(ge=4)] = 10485760
     message_max_bytes: NonNegative = 1048588
+    message_decompressed_max_bytes: Annotated[int, msgspec.Meta(ge=65536)] = 64 << 20
     min_insync_replicas: Positive = 1
     log_message_timestamp_type: str = "CreateTime"
     log_message_timestamp_before_max_ms: NonNegative = LONG_MAX

@@ -1,7 +1,7 @@
 """One hosted partition: its log, its idempotent-producer state, and the append path.
 
-`validate_batches` is pure (bytes + settings + time in, headers or an ApiError out) so the
-diskless commit path can run the same checks on batches it never stores locally.
+What a produce request's batches must satisfy, and how they are stored, is log_validator's:
+the diskless representatives run the same checks on batches they never store locally.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from .partition_ids import TopicPartition
 from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
 from .producers.state import MAX_PERMITS
 from .producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
-from .protocol import batch as batches
+from . import log_validator
 from .log.coordinates import WalRef, encode_ref
-from .protocol.batch import BATCH_HEADER_SIZE, BatchFormatError, BatchHeader, UnsupportedMagicError, parse_header
+from .protocol.batch import BatchHeader, parse_header
 from .protocol.errors import ApiError, ErrorCode
 from .log.epochs import LeaderEpochCache
 from .leader_state import LeaderState
@@ -37,8 +37,6 @@ from .topic_config import TopicSettings
 from .wal_references import WalReferences
 
 log = logging.getLogger(__name__)
-
-MAX_COMPRESSION_CODEC = 4  # none, gzip, snappy, lz4, zstd
 
 
 @dataclass(slots=True)
@@ -48,77 +46,6 @@ class AppendOutcome:
     log_start_offset: int
     appended_bytes: int
     end_offset: int  # log end offset after the append: acks=all waits for the high watermark here
-
-
-def validate_batches(records: memoryview, settings: TopicSettings, now_ms: int) -> list[tuple[int, BatchHeader]]:
-    """Check every batch of a produce request's partition data; all or nothing, like Kafka."""
-    if len(records) == 0:
-        raise ApiError(ErrorCode.INVALID_RECORD, "produce request has no record batches")
-    try:
-        found = list(batches.split_batches(records))
-    except UnsupportedMagicError as exc:
-        raise ApiError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)) from None
-    except BatchFormatError as exc:
-        raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
-    for pos, header in found:
-        size = header.size
-        if size > settings.max_message_bytes:
-            raise ApiError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"batch of {size} bytes exceeds max.message.bytes={settings.max_message_bytes}",
-            )
-        if size > settings.log.segment_bytes:
-            raise ApiError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"batch of {size} bytes exceeds segment.bytes={settings.log.segment_bytes}",
-            )
-        if not batches.crc_is_valid(records[pos : pos + size], header):
-            raise ApiError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC32C mismatch")
-        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
-            raise ApiError(
-                ErrorCode.INVALID_RECORD,
-                f"batch claims {header.records_count} records with lastOffsetDelta {header.last_offset_delta}",
-            )
-        if header.compression > MAX_COMPRESSION_CODEC:
-            raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {header.compression}")
-        if header.is_control:
-            raise ApiError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        if header.is_transactional and not header.has_producer_id:
-            raise ApiError(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
-        # Transactional batches are accepted and follow the idempotent rules; the partition
-        # tracks the transaction they open (producers/state.py). Kafka (KIP-890) first asks
-        # the transaction coordinator whether the partition was added to the transaction:
-        # that check comes with the coordinator.
-        if not settings.log_append_time:
-            _check_timestamps(header, settings, now_ms)
-    return found
-
-
-def prepare_diskless(records: memoryview, settings: TopicSettings, now_ms: int) -> list[tuple[memoryview, bytes]]:
-    """Representative side of a diskless produce: validate like append_records and return
-    each batch (unmodified, for the WAL object) with the 61-byte header to commit. Needs no
-    replica of the partition: the leader checks producer state and the ISR at commit."""
-    prepared = []
-    for pos, header in validate_batches(records, settings, now_ms):
-        batch = records[pos : pos + header.size]
-        if settings.log_append_time:
-            head = bytes(batches.log_append_time_header(batch, header, now_ms))
-        else:
-            head = bytes(batch[:BATCH_HEADER_SIZE])
-        prepared.append((batch, head))
-    return prepared
-
-
-def _check_timestamps(header: BatchHeader, settings: TopicSettings, now_ms: int) -> None:
-    earliest = now_ms - settings.timestamp_before_max_ms
-    latest = now_ms + settings.timestamp_after_max_ms
-    for ts in (header.base_timestamp, header.max_timestamp):
-        if ts >= 0 and not earliest <= ts <= latest:
-            raise ApiError(
-                ErrorCode.INVALID_TIMESTAMP,
-                f"timestamp {ts} is out of range [{earliest}, {latest}] "
-                "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)",
-            )
 
 
 def _end_txn(header: BatchHeader, data: memoryview | bytes | bytearray) -> EndTxn | None:
@@ -585,18 +512,10 @@ class Partition:
         """Validate, deduplicate and append a produce request's batches for this partition.
         `verify_txn`: a client's produce, whose batches open a transaction only with the
         coordinator's permit (KIP-890; the coordinator's own writes need none)."""
-        now_ms = self._clock.now_ms()
-        found = validate_batches(records, self.settings, now_ms)
-        self._check_acks_for([header for _pos, header in found], acks)
+        validated = log_validator.validate(records, self.settings, self._clock.now_ms())
+        self._check_acks_for([v.header for v in validated], acks)
         self._check_mode(diskless=False)
-        items: list[tuple[BatchHeader, memoryview | bytearray]] = []
-        for pos, header in found:
-            data: memoryview | bytearray = records[pos : pos + header.size]
-            if self.settings.log_append_time:
-                data = bytearray(data)
-                batches.stamp_log_append_time(data, header, now_ms)
-            items.append((header, data))
-        return self._append(EntryKind.RECORDS, items, verify_txn=verify_txn)
+        return self._append(EntryKind.RECORDS, [(v.header, v.data) for v in validated], verify_txn=verify_txn)
 
     def append_coordinates(
         self, batches_: list[tuple[bytes, WalRef]], acks: int, verify_txn: bool = False

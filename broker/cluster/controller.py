@@ -176,9 +176,10 @@ class Controller:
             return
         draining = {b.node_id for b in self._view.brokers.values() if b.draining and b.node_id in live}
         await self._create_missing_states(live - draining or live)
-        unclean = self._config.unclean_leader_election_enable
+        # the topic's unclean.leader.election.enable, else this broker's (its synonym)
+        unclean = {str(t.topic_id) for t in self._catalog.all() if t.settings.unclean_leader_election}
         for pid, state in list(self._view.partitions.items()):
-            new = elections.reconcile(state.record, live, unclean, draining)
+            new = elections.reconcile(state.record, live, pid.topic_id in unclean, draining)
             if new is not None:
                 if new.leader != state.record.leader:
                     log.info(

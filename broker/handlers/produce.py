@@ -18,7 +18,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from ..context import HandlerContext
 from ..diskless.wal_writer import PartitionAppend
-from ..partition import prepare_diskless
+from ..log_validator import check_produce_request, prepare_diskless
 from ..partition_ids import TopicIdPartition
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ConnectionFault, ErrorCode
@@ -55,6 +55,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                 if topic is None:
                     raise topic_error
                 records = memoryview(data.records if data.records is not None else b"")
+                check_produce_request(records, header.api_version)
                 if topic.mode.appends_to_wal:
                     try:
                         _check_representative(broker, topic, data.index, client_az)

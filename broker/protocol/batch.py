@@ -31,8 +31,6 @@ NO_SEQUENCE = -1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
-_CRC = struct.Struct(">I")
-_ATTRIBUTES_AND_MAX_TS = (struct.Struct(">h"), struct.Struct(">q"))
 
 OFFSET_BASE = 0
 OFFSET_LENGTH = 8
@@ -165,28 +163,3 @@ def set_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
 def set_leader_epoch(batch: bytearray | memoryview, leader_epoch: int) -> None:
     """Patch partitionLeaderEpoch in place (outside the CRC)."""
     _LEADER_EPOCH.pack_into(batch, OFFSET_LEADER_EPOCH, leader_epoch)
-
-
-def log_append_time_header(batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> bytearray:
-    """The batch's 61-byte header switched to LogAppendTime: the flag and maxTimestamp set and
-    the CRC recomputed over the new header bytes and the unchanged records (no copy of them).
-
-    Kafka keeps each record's delta untouched; readers take every record's timestamp from
-    maxTimestamp when the flag is set. ``header`` is updated to match.
-    """
-    view = memoryview(batch)
-    head = bytearray(view[:BATCH_HEADER_SIZE])
-    attributes = header.attributes | TIMESTAMP_TYPE_LOG_APPEND
-    _ATTRIBUTES_AND_MAX_TS[0].pack_into(head, OFFSET_ATTRIBUTES, attributes)
-    _ATTRIBUTES_AND_MAX_TS[1].pack_into(head, OFFSET_MAX_TIMESTAMP, now_ms)
-    crc = crc32c.crc32c(view[BATCH_HEADER_SIZE : header.size], crc32c.crc32c(memoryview(head)[OFFSET_ATTRIBUTES:]))
-    _CRC.pack_into(head, OFFSET_CRC, crc)
-    header.attributes = attributes
-    header.max_timestamp = now_ms
-    header.crc = crc
-    return head
-
-
-def stamp_log_append_time(batch: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
-    """Switch a batch to LogAppendTime in place (see log_append_time_header)."""
-    memoryview(batch)[:BATCH_HEADER_SIZE] = log_append_time_header(batch, header, now_ms)

@@ -46,16 +46,6 @@ def test_split_and_patch_keep_crc() -> None:
     assert [r.offset for r in DefaultRecordBatch(bytes(view))] == [42, 43, 44, 45, 46]
 
 
-def test_log_append_time_stamp_recomputes_crc() -> None:
-    raw = bytearray(build())
-    header = b.parse_header(raw)
-    b.stamp_log_append_time(raw, header, 5_000)
-    again = b.parse_header(raw)
-    assert again.max_timestamp == 5_000 and again.attributes & b.TIMESTAMP_TYPE_LOG_APPEND
-    assert b.crc_is_valid(memoryview(raw), again)
-    assert {r.timestamp for r in DefaultRecordBatch(bytes(raw))} == {5_000}
-
-
 def test_corruption_is_detected() -> None:
     raw = bytearray(build())
     raw[-1] ^= 0xFF

@@ -14,7 +14,7 @@ from broker.diskless.commit import CommitRequest, CommitResult, PendingCommit, r
 from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.metrics import BrokerMetrics
 from broker.objectstore import ObjectStoreUnavailable
-from broker.partition import prepare_diskless
+from broker.log_validator import prepare_diskless
 from tests.sim.runner import Sim, run
 from tests.sim.scenarios.diskless_write import make_batch, topic_settings
 from walfiles.keys import WalKeyAllocator

@@ -29,12 +29,32 @@ TOPIC_RANGES = {
     "message.timestamp.after.max.ms": (0, None),
     "flush.messages": (1, None),
     "flush.ms": (0, None),
+    "segment.jitter.ms": (0, None),
+    "file.delete.delay.ms": (0, None),
+    "delete.retention.ms": (0, None),
+    "min.compaction.lag.ms": (0, None),
+    "max.compaction.lag.ms": (1, None),
+    "compression.lz4.level": (1, 17),
+    "compression.zstd.level": (-131072, 22),
 }
+THROTTLED = (["", "*", "0:1,1:2", " 0:1 , 2:3 "], ["1", "*,0:1", "a:b", "0:1,x"])
 TOPIC_CHOICES = {
     "cleanup.policy": (["delete"], ["compact", "compact,delete", "delete,compact", "Delete", ""]),
     "message.timestamp.type": (["CreateTime", "LogAppendTime"], ["createtime", "Whenever", ""]),
     "diskless.enable": (["true", "false", "TRUE", " false "], ["yes", "1", ""]),
     "remote.storage.enable": (["true", "false"], ["yes", ""]),
+    "unclean.leader.election.enable": (["true", "false"], ["yes", ""]),
+    "preallocate": (["true", "false"], ["yes", ""]),
+    "remote.log.copy.disable": (["true", "false"], ["yes", ""]),
+    "remote.log.delete.on.disable": (["true", "false"], ["yes", ""]),
+    "compression.type": (
+        ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
+        ["none", "GZIP", "brotli", ""],
+    ),
+    "compression.gzip.level": (["-1", "1", "9"], ["0", "-2", "10", "six"]),
+    "min.cleanable.dirty.ratio": (["0", "0.5", "1", "1.0"], ["-0.1", "1.01", "half"]),
+    "leader.replication.throttled.replicas": THROTTLED,
+    "follower.replication.throttled.replicas": THROTTLED,
 }
 
 
@@ -67,6 +87,13 @@ def test_topic_config_choices(name: str) -> None:
         assert validate_overrides({name: value})
     for value in bad:
         assert name in refused({name: value}).message
+
+
+def test_compaction_lags_are_checked_against_each_other() -> None:
+    """Kafka's LogConfig.validateValues, the one rule across two keys."""
+    assert validate_overrides({"min.compaction.lag.ms": "5", "max.compaction.lag.ms": "5"})
+    message = refused({"min.compaction.lag.ms": "6", "max.compaction.lag.ms": "5"}).message
+    assert message == "conflict topic config setting min.compaction.lag.ms (6) > max.compaction.lag.ms (5)"
 
 
 def test_unknown_and_null_topic_configs_are_refused() -> None:

@@ -24,7 +24,8 @@ from broker.log.modes import (
     encode_mode_marker,
 )
 from broker.metadata.records import PartitionStateRecord
-from broker.partition import Partition, prepare_diskless
+from broker.log_validator import prepare_diskless
+from broker.partition import Partition
 from broker.protocol.batch import parse_header
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.topic_config import effective

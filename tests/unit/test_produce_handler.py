@@ -74,7 +74,7 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
             view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
             replica_manager=SimpleNamespace(get=lambda name, index: classic),
         )
-        header = SimpleNamespace(peer="p", client_id="c")
+        header = SimpleNamespace(api_version=9, peer="p", client_id="c")
         now = rig.clock.now_ms()
         first = asyncio.create_task(
             produce.handle(
@@ -130,7 +130,7 @@ def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None
             catalog=SimpleNamespace(get=lambda name: topic, by_id=lambda topic_id: topic),
             view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
         )
-        header = SimpleNamespace(peer="p", client_id="c")
+        header = SimpleNamespace(api_version=9, peer="p", client_id="c")
         now = rig.clock.now_ms()
         first = await produce.handle(broker, header, request(0, ("t", plain_batch(b"x" * 600, now))))
         assert first is None, "the first request fits in the in-flight bound"
@@ -174,7 +174,9 @@ def test_a_disk_error_on_a_classic_partition_is_its_kafka_storage_error(tmp_path
             replica_manager=SimpleNamespace(get=lambda name, index: classic),
         )
         response = await produce.handle(
-            broker, SimpleNamespace(peer="p", client_id="c"), request(-1, ("c", plain_batch(b"x", rig.clock.now_ms())))
+            broker,
+            SimpleNamespace(api_version=9, peer="p", client_id="c"),
+            request(-1, ("c", plain_batch(b"x", rig.clock.now_ms()))),
         )
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert classic.log.log_end_offset == 0

@@ -77,7 +77,7 @@ def test_refused_for_every_partition_and_nothing_appended(
 ) -> None:
     async def scenario() -> None:
         rig, classic, broker = seam(tmp_path)
-        header = SimpleNamespace(peer="p", client_id="c")
+        header = SimpleNamespace(api_version=9, peer="p", client_id="c")
         response = await produce.handle(broker, header, request(acks, transactional_id, rig.clock.now_ms()))
         assert [p.error_code for t in response.responses for p in t.partition_responses] == [code, code]
         await rig.writer.close()
@@ -92,7 +92,7 @@ def test_refused_for_every_partition_and_nothing_appended(
 def test_a_transactional_id_is_no_reason_to_refuse(tmp_path: Path) -> None:
     async def scenario() -> None:
         rig, classic, broker = seam(tmp_path)
-        header = SimpleNamespace(peer="p", client_id="c")
+        header = SimpleNamespace(api_version=9, peer="p", client_id="c")
         response = await produce.handle(broker, header, request(-1, "tx-1", rig.clock.now_ms()))
         assert [p.error_code for t in response.responses for p in t.partition_responses] == [0, 0]
         await rig.writer.close()

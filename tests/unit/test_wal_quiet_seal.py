@@ -11,7 +11,7 @@ import uuid
 from broker.diskless.commit import CommitRequest, CommitResult, PendingCommit, resolved
 from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.metrics import BrokerMetrics
-from broker.partition import prepare_diskless
+from broker.log_validator import prepare_diskless
 from tests.sim.runner import Sim, run
 from tests.sim.scenarios.diskless_write import make_batch, topic_settings
 from walfiles.keys import WalKeyAllocator

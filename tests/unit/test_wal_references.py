@@ -13,7 +13,8 @@ from broker.clock import ManualClock
 from broker.config import load_config
 from broker.log.coordinates import make_ref
 from broker.metadata.records import PartitionStateRecord
-from broker.partition import Partition, prepare_diskless
+from broker.log_validator import prepare_diskless
+from broker.partition import Partition
 from broker.topic_config import effective
 from broker import wal_references
 from tests.integration.clients import build_batch

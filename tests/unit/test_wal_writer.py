@@ -22,7 +22,8 @@ from broker.log import EntryKind
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore, ObjectStoreUnavailable
-from broker.partition import Partition, prepare_diskless
+from broker.log_validator import prepare_diskless
+from broker.partition import Partition
 from broker.protocol.batch import crc_is_valid, parse_header
 from broker.protocol.errors import ErrorCode
 from broker.reads.resolver import batch_pieces
@@ -298,7 +299,7 @@ def test_retried_idempotent_batch_in_a_new_object_answers_its_original_offset(tm
     run(scenario())
 
 
-def test_log_append_time_is_stamped_in_the_committed_header(tmp_path: Path) -> None:
+def test_log_append_time_is_stamped_in_the_committed_header_and_the_object(tmp_path: Path) -> None:
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(), **{"message.timestamp.type": "LogAppendTime"})
         rig.clock.advance(5_000)
@@ -310,7 +311,8 @@ def test_log_append_time_is_stamped_in_the_committed_header(tmp_path: Path) -> N
         assert header.max_timestamp == CLOCK_START + 5_000 and crc_is_valid(memoryview(served), header)
         assert [r.timestamp for r in DefaultRecordBatch(served)] == [CLOCK_START + 5_000] * 2
         stored = await rig.store.get(rig.store.keys()[0])
-        assert bytes(original) in stored, "the WAL object keeps the producer's bytes"
+        assert bytes(served[21:]) in stored, "the WAL object holds the batch as stored (log_validator)"
+        assert bytes(original[61:]) in stored, "with the producer's records unchanged"
 
     run(scenario())
 

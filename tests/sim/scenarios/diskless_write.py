@@ -45,7 +45,8 @@ from broker.diskless.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
-from broker.partition import Partition, prepare_diskless
+from broker.log_validator import prepare_diskless
+from broker.partition import Partition
 from broker.protocol.batch import parse_header
 from broker.protocol.errors import RETRIABLE
 from broker.topic_config import TopicSettings, effective

@@ -32,7 +32,8 @@ from broker.log.coordinates import decode_ref
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.objectstore import NotFound
-from broker.partition import Partition, prepare_diskless
+from broker.log_validator import prepare_diskless
+from broker.partition import Partition
 from broker.walgc.manager import GcPaused, ManagerSettings, WalFileManager
 from broker.walgc.messages import ObjectsQuery, WalQueryRequest, WalReferencesRequest
 from broker.walgc.reporter import RecentUploads, ReferenceReporter
