@@ -46,6 +46,8 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
         results: list = []
         try:
             topic = resolve_topic(broker, topic_data.name, topic_data.topic_id)
+            if topic.internal:  # only their coordinators write them: a stray record would stop a load
+                raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
         except ApiError as exc:
             topic, topic_error = None, exc
         for data in topic_data.partition_data:
