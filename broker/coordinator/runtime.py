@@ -58,7 +58,8 @@ class CoordinatorShard(Protocol):
         """A transaction marker in the partition (read back, or just appended by WriteTxnMarkers)."""
 
     def compaction_floor(self) -> int | None:
-        """The first offset compaction must keep (records of open transactions), None: any."""
+        """The first offset compaction must keep (records of open transactions, and live
+        records `live_records` leaves where they are), None: any."""
 
     def on_loaded(self) -> None:
         """Every batch is replayed: build what replay collected, arm timers."""
