@@ -236,7 +236,6 @@ class TxnProducer:
         transactional_id: str,
         timeout_ms: int,
         killer: CoordinatorKiller | None,
-        takeover: Takeover | None = None,
     ) -> None:
         self.cluster = cluster
         self.ledger = ledger
@@ -254,7 +253,8 @@ class TxnProducer:
         self.sequences: dict[Key, int] = {}
         self.numbers = 0
         self.stale = True
-        self.takeover = takeover  # pending until this producer pauses for it
+        self.until_s = 0.0
+        self.takeover: Takeover | None = None  # pending until this producer pauses for it
         self.zombie = False  # a successor took the transactional id while this one was paused
         self.fenced_at: float | None = None  # when the successor's InitProducerId was answered
         self.stopped = False  # a zombie stops at its first fencing answer
