@@ -60,7 +60,8 @@ class CoordinatorShard(Protocol):
         """A transaction marker in the partition (read back, or just appended by WriteTxnMarkers)."""
 
     def compaction_floor(self) -> int | None:
-        """The first offset compaction must keep (records of open transactions), None: any."""
+        """The first offset compaction must keep (records of open transactions, and live
+        records `live_records` leaves where they are), None: any."""
 
     def holds_legacy_records(self) -> bool:
         """The replayed log holds records in a format this broker reads but no longer writes:

@@ -298,7 +298,7 @@ class GroupCoordinator:
         """(topic, partition) of the group's transactional offset commits still waiting for
         their marker (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
         shard = self._shard_of(group_id)
-        return {(t, p) for changes in shard.txn_offsets.values() for g, t, p, _ in changes if g == group_id}
+        return shard.pending_txn_partitions(group_id)
 
     def on_txn_marker(self, index: int, producer_id: int, commit: bool, end_offset: int) -> None:
         """WriteTxnMarkers appended a marker to __consumer_offsets partition `index` (ending

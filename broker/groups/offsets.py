@@ -8,6 +8,11 @@ expose): `latest` holds every change appended to the log (what compaction must r
 and what expiry and deletion decide on), `committed` only the changes below the partition's
 high watermark (what OffsetFetch answers). A failover can lose an unreplicated change, so
 no client may see it before it is replicated.
+
+It also keeps where in the log each latest offset was written (the first offset of its
+batch): a transaction's offsets take effect at its COMMIT marker only where no offset of the
+partition was written after them (Kafka's `replayEndTransactionMarker` compares record
+offsets), so a plain OffsetCommit made while the transaction was open is not rolled back.
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ class OffsetStore:
 
 
 OffsetChange = tuple[str, str, int, "OffsetValue | None"]  # group, topic, partition, value (None: deleted)
+WrittenChange = tuple[OffsetChange, int]  # a change and the log offset of the batch that wrote it
 
 
 class ReplicatedOffsets:
@@ -102,14 +108,36 @@ class ReplicatedOffsets:
         self.latest = OffsetStore()
         self.committed = OffsetStore()
         self._pending: deque[tuple[int, list[OffsetChange]]] = deque()  # (end offset, changes)
+        self._written_at: dict[tuple[str, str, int], int] = {}  # log offset behind each latest offset
 
-    def appended(self, end_offset: int, changes: list[OffsetChange]) -> None:
-        """Changes written in a batch ending before `end_offset`."""
-        if not changes:
-            return
-        for group, topic, partition, value in changes:
+    def appended(self, first_offset: int, end_offset: int, changes: list[OffsetChange]) -> None:
+        """Changes written by the batch at `first_offset`, ending before `end_offset`."""
+        self._append(end_offset, [(change, first_offset) for change in changes], newer_only=False)
+
+    def committed_txn(self, end_offset: int, changes: list[WrittenChange]) -> None:
+        """A transaction's offsets, at its COMMIT marker ending before `end_offset`: each takes
+        effect unless an offset of its partition was written later in the log."""
+        self._append(end_offset, changes, newer_only=True)
+
+    def _append(self, end_offset: int, changes: list[WrittenChange], newer_only: bool) -> None:
+        applied: list[OffsetChange] = []
+        for change, written_at in changes:
+            group, topic, partition, value = change
+            key = (group, topic, partition)
+            if newer_only and self._written_at.get(key, -1) > written_at:
+                continue
             _apply(self.latest, group, topic, partition, value)
-        self._pending.append((end_offset, changes))
+            if value is None:
+                self._written_at.pop(key, None)
+            else:
+                self._written_at[key] = written_at
+            applied.append(change)
+        if applied:
+            self._pending.append((end_offset, applied))
+
+    def written_at(self, group: str, topic: str, partition: int) -> int | None:
+        """The log offset of the batch that wrote the latest offset, None if there is none."""
+        return self._written_at.get((group, topic, partition))
 
     def replicated(self, high_watermark: int) -> None:
         """Expose the changes below `high_watermark`."""

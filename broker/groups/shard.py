@@ -19,7 +19,7 @@ from ..protocol.errors import ErrorCode
 from . import legacy_records, offsets_records
 from .membership import ClassicGroup, GroupState
 from .membership_config import GroupConfig
-from .offsets import OffsetChange, ReplicatedOffsets
+from .offsets import OffsetChange, ReplicatedOffsets, WrittenChange
 from .offsets_records import GroupKey, OffsetKey
 from .results import JoinResult, Pending
 
@@ -50,10 +50,11 @@ class GroupShard:
         self._waiting: dict[Pending, asyncio.Future[Any]] = {}
         self._last_join_at: dict[str, int] = {}  # monotonic ms of each group's latest JoinGroup
         self._loaded_snapshots: dict[str, bytes | None] = {}  # latest snapshot per group, while loading
-        # TxnOffsetCommit: offsets of open transactions by producer id, applied at the COMMIT
-        # marker, dropped at ABORT (Kafka's pendingTransactionalOffsets), and the first offset
-        # of each producer's transactional records (compaction keeps them until the marker)
-        self.txn_offsets: dict[int, list[OffsetChange]] = {}
+        # TxnOffsetCommit: offsets of open transactions by producer id, with the log offset of
+        # their batch, applied at the COMMIT marker where nothing newer was written, dropped at
+        # ABORT (Kafka's pendingTransactionalOffsets), and the first offset of each producer's
+        # transactional records (compaction keeps them until the marker)
+        self.txn_offsets: dict[int, list[WrittenChange]] = {}
         self._txn_first_offset: dict[int, int] = {}
         self._legacy_records = False  # replay met records of Shoal's msgpack format
 
@@ -74,7 +75,17 @@ class GroupShard:
                 )
             elif isinstance(key, GroupKey):
                 self._loaded_snapshots[key.group] = value
-        self.offsets.appended(end_offset, changes)
+        self._appended(end_offset - len(batch), end_offset, changes)
+
+    def _appended(self, first_offset: int, end_offset: int, changes: list[OffsetChange]) -> None:
+        """Plain changes written by the batch at `first_offset`. A deletion also drops the
+        partition's pending transactional offsets (Kafka's replay of a tombstone): they were
+        written before it and must not bring the offset back at their COMMIT marker."""
+        deleted = {(g, t, p) for g, t, p, value in changes if value is None}
+        if deleted and self.txn_offsets:
+            for producer_id, pending in self.txn_offsets.items():
+                self.txn_offsets[producer_id] = [w for w in pending if w[0][:3] not in deleted]
+        self.offsets.appended(first_offset, end_offset, changes)
 
     def replay_transactional(self, first_offset: int, end_offset: int, producer_id: int, batch: list[Record]) -> None:
         changes = self.txn_offsets.setdefault(producer_id, [])
@@ -83,26 +94,42 @@ class GroupShard:
             self._legacy_records |= legacy_records.is_legacy(raw_key)
             key = offsets_records.decode_key(raw_key)
             if isinstance(key, OffsetKey) and value is not None:
-                changes.append((key.group, key.topic, key.partition, offsets_records.decode_offset(value)))
+                change = (key.group, key.topic, key.partition, offsets_records.decode_offset(value))
+                changes.append((change, first_offset))
 
     def replay_marker(self, end_offset: int, producer_id: int, commit: bool) -> None:
-        """The producer's transaction ended here: its offsets become committed (exposed
-        once the marker is replicated), or are dropped (Kafka's replayEndTransactionMarker)."""
+        """The producer's transaction ended here: its offsets become committed where no
+        offset of their partition was written after them (exposed once the marker is
+        replicated), or are dropped (Kafka's replayEndTransactionMarker)."""
         changes = self.txn_offsets.pop(producer_id, [])
         self._txn_first_offset.pop(producer_id, None)
         if commit and changes:
-            self.offsets.appended(end_offset, changes)
+            self.offsets.committed_txn(end_offset, changes)
 
     def compaction_floor(self) -> int | None:
-        return min(self._txn_first_offset.values(), default=None)
+        """The first record of the oldest open transaction, and the record of the current
+        offset of each partition a transaction holds an offset for: `live_records` does not
+        re-append those (a copy would be newer in the log than the pending offset, which its
+        COMMIT marker would then wrongly skip), so the log must keep them where they are."""
+        floors = list(self._txn_first_offset.values())
+        for group_id, topic, partition in self._pending_txn_keys():
+            written_at = self.offsets.written_at(group_id, topic, partition)
+            if written_at is not None:
+                floors.append(written_at)
+        return min(floors, default=None)
+
+    def _pending_txn_keys(self) -> set[tuple[str, str, int]]:
+        return {(g, t, p) for pending in self.txn_offsets.values() for (g, t, p, _), _at in pending}
 
     def holds_legacy_records(self) -> bool:
         return self._legacy_records
 
     def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
-        return any(
-            (g, t, p) == (group_id, topic, partition) for changes in self.txn_offsets.values() for g, t, p, _ in changes
-        )
+        return (group_id, topic, partition) in self._pending_txn_keys()
+
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """(topic, partition) of the group's offsets waiting for a transaction's marker."""
+        return {(t, p) for g, t, p in self._pending_txn_keys() if g == group_id}
 
     def on_loaded(self) -> None:
         """Groups come back Stable (or Empty) with fresh session deadlines."""
@@ -126,7 +153,10 @@ class GroupShard:
         for group_id, group in self.groups.items():
             if group.state is not GroupState.DEAD:
                 live.append((offsets_records.group_key(group_id), offsets_records.group_value(group.to_snapshot())))
+        pending = self._pending_txn_keys()
         for group_id, topic, p, value in self.offsets.latest.items():
+            if (group_id, topic, p) in pending:
+                continue  # kept in place: compaction_floor
             live.append((offsets_records.offset_key(group_id, topic, p), offsets_records.offset_value(value)))
         return live
 
@@ -198,7 +228,9 @@ class GroupShard:
     def append(self, items: list[Record], changes: list[OffsetChange] | None = None) -> int:
         """Append to this shard's partition (`changes`: the offsets these records set or
         delete); returns the log end offset after it."""
-        return self._context.runtime.append(self.index, items, lambda end: self.offsets.appended(end, changes or []))
+        return self._context.runtime.append(
+            self.index, items, lambda end: self._appended(end - len(items), end, changes or [])
+        )
 
     def append_transactional(
         self, producer: tuple[int, int, int], items: list[Record], changes: list[OffsetChange]
@@ -207,8 +239,9 @@ class GroupShard:
         sequence); its offsets wait for the producer's marker."""
 
         def appended(end: int) -> None:
-            self.replay_transactional(end - len(items), end, producer[0], [])
-            self.txn_offsets[producer[0]].extend(changes)
+            first = end - len(items)
+            self.replay_transactional(first, end, producer[0], [])
+            self.txn_offsets[producer[0]].extend((change, first) for change in changes)
 
         return self._context.runtime.append(self.index, items, appended, producer)
 
@@ -234,12 +267,14 @@ class GroupShard:
 
     # -- housekeeping ----------------------------------------------------------------------
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
-        """Remove the offsets due (KIP-211; not those with a change still replicating), and
-        Empty groups left without offsets; how many offsets expired."""
+        """Remove the offsets due (KIP-211; not those with a change still replicating or an
+        open transaction's offset pending, as Kafka), and Empty groups left without offsets;
+        how many offsets expired."""
+        in_txn = self._pending_txn_keys()
         due = [
             (g, t, p)
             for g, t, p in self.offsets.committed.expired(now_ms, retention_ms, self._empty_since)
-            if not self.offsets.is_pending(g, t, p)
+            if not self.offsets.is_pending(g, t, p) and (g, t, p) not in in_txn
         ]
         self.remove_offsets(due)
         for group_id in {g for g, _, _ in due}:

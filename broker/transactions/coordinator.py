@@ -209,10 +209,10 @@ class TransactionCoordinator:
         finally:
             if txn.state is TxnState.PREPARE_ABORT and self._still(shard, txn):  # appended, replicated or not
                 log.info(
-                    "%s: fencing producer %d epoch %d, aborting its transaction",
+                    "%s: epoch %d fences producer %d, aborting its transaction",
                     transactional_id,
+                    txn.producer_epoch,
                     txn.producer_id,
-                    txn.last_producer_epoch,
                 )
                 self._resume(shard, txn)
         if txn.state is TxnState.PREPARE_ABORT:

@@ -88,14 +88,18 @@ def check_timeout(timeout_ms: int, max_timeout_ms: int) -> None:
 
 def _is_retry_of_last_bump(current: TransactionMetadata, expected: tuple[int, int]) -> bool:
     """KIP-360, as Kafka's `prepareIncrementProducerEpoch`: a producer that presents the
-    epoch (or, after the id was rotated, the producer id) it had before the latest bump is
-    retrying that bump; it gets the current id and epoch, not PRODUCER_FENCED."""
-    if current.state not in IDLE:
-        return False
+    epoch (or, after the id was rotated, the producer id and exhausted epoch) it had before
+    the latest bump is retrying that bump; it gets the current id and epoch, not
+    PRODUCER_FENCED. Only the holder of an epoch can be retrying its bump: the last epoch is
+    recorded only when the bump presented the current epoch, and is -1 after a new instance's
+    InitProducerId, a fence or a timeout abort, so an instance fenced by those presenting its
+    old epoch is fenced, never handed its successor's epoch."""
     producer_id, epoch = expected
-    if producer_id == current.producer_id:
-        return epoch == current.last_producer_epoch and epoch != NO_PRODUCER_EPOCH
-    return producer_id == current.previous_producer_id and epoch >= EXHAUSTED_EPOCH
+    if current.state not in IDLE or epoch == NO_PRODUCER_EPOCH or epoch != current.last_producer_epoch:
+        return False
+    return producer_id == current.producer_id or (
+        producer_id == current.previous_producer_id and epoch >= EXHAUSTED_EPOCH
+    )
 
 
 def idle_expired(txn: TransactionMetadata, now_ms: int, expiration_ms: int) -> bool:
@@ -122,7 +126,16 @@ def init_producer_id(
     or a new producer id taken when it is exhausted. Ongoing: the result is PrepareAbort with
     the epoch bumped (the caller writes the ABORT markers and answers CONCURRENT_TRANSACTIONS:
     the client retries). `expected` (KIP-360: the producer id and epoch a producer presents
-    to bump its own epoch) must be the current one, or the previous one of a retry."""
+    to bump its own epoch) must be the current one, or the previous one of a retry.
+
+    The last epoch (what a retry may present) is the epoch bumped only when its holder asked
+    (`expected` is the current one); a new instance's bump (no `expected`) and a fence record
+    -1, so the instance they fence cannot pass for a retry (Kafka's
+    `prepareIncrementProducerEpoch`, `prepareFenceProducerEpoch`, `prepareProducerIdRotation`)."""
+    if expected is not None and (expected[0] == NO_PRODUCER_ID) != (expected[1] == NO_PRODUCER_EPOCH):
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"producer id {expected[0]} with epoch {expected[1]}")
+    if expected == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH):
+        expected = None
     if current is None:
         return TransactionMetadata(
             transactional_id,
@@ -138,19 +151,18 @@ def init_producer_id(
         )
     if current.state in PREPARING:
         raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id}: a transaction is being completed")
-    if expected is not None and expected[0] != NO_PRODUCER_ID and _is_retry_of_last_bump(current, expected):
+    if expected is not None and _is_retry_of_last_bump(current, expected):
         return current  # a retry whose answer was lost: the bump it asked for is done
-    if expected is not None and expected[0] != NO_PRODUCER_ID:
-        if expected != (current.producer_id, current.producer_epoch):
-            raise ApiError(
-                ErrorCode.PRODUCER_FENCED,
-                f"{transactional_id}: producer {expected[0]} epoch {expected[1]} is not the current one",
-            )
+    if expected is not None and expected != (current.producer_id, current.producer_epoch):
+        raise ApiError(
+            ErrorCode.PRODUCER_FENCED,
+            f"{transactional_id}: producer {expected[0]} epoch {expected[1]} is not the current one",
+        )
     if current.state is _S.ONGOING:
-        epoch = current.producer_epoch + 1 if current.producer_epoch < MAX_PRODUCER_EPOCH else current.producer_epoch
-        return current.moved(_S.PREPARE_ABORT, now_ms, producer_epoch=epoch, last_producer_epoch=current.producer_epoch)
+        return _fenced(current, now_ms)
     if current.state is _S.DEAD:
         raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id} is being removed")
+    last_epoch = current.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
     if current.producer_epoch >= EXHAUSTED_EPOCH:
         return current.moved(
             _S.EMPTY,
@@ -158,7 +170,7 @@ def init_producer_id(
             producer_id=new_producer_id,
             previous_producer_id=current.producer_id,
             producer_epoch=0,
-            last_producer_epoch=NO_PRODUCER_EPOCH,
+            last_producer_epoch=last_epoch,
             timeout_ms=timeout_ms,
             partitions=frozenset(),
             txn_start_ms=-1,
@@ -167,11 +179,19 @@ def init_producer_id(
         _S.EMPTY,
         now_ms,
         producer_epoch=current.producer_epoch + 1,
-        last_producer_epoch=current.producer_epoch,
+        last_producer_epoch=last_epoch,
         timeout_ms=timeout_ms,
         partitions=frozenset(),
         txn_start_ms=-1,
     )
+
+
+def _fenced(txn: TransactionMetadata, now_ms: int) -> TransactionMetadata:
+    """The ongoing transaction is aborted with the epoch bumped, fencing its producer, which
+    may not present its epoch as a retry afterwards (Kafka's `prepareFenceProducerEpoch`:
+    the last epoch is -1)."""
+    epoch = txn.producer_epoch + 1 if txn.producer_epoch < MAX_PRODUCER_EPOCH else txn.producer_epoch
+    return txn.moved(_S.PREPARE_ABORT, now_ms, producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH)
 
 
 def _check_producer(
@@ -258,6 +278,5 @@ def complete(txn: TransactionMetadata, now_ms: int) -> TransactionMetadata:
 
 def abort_timed_out(txn: TransactionMetadata, now_ms: int) -> TransactionMetadata:
     """A timed-out Ongoing transaction is aborted with the epoch bumped, so its producer is
-    fenced (Kafka's abortTimedOutTransactions)."""
-    epoch = txn.producer_epoch + 1 if txn.producer_epoch < MAX_PRODUCER_EPOCH else txn.producer_epoch
-    return txn.moved(_S.PREPARE_ABORT, now_ms, producer_epoch=epoch, last_producer_epoch=txn.producer_epoch)
+    fenced (Kafka's abortTimedOutTransactions, through `prepareFenceProducerEpoch`)."""
+    return _fenced(txn, now_ms)

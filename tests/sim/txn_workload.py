@@ -14,6 +14,18 @@ transaction abortable (it is aborted and the epoch bumped, KIP-360); PRODUCER_FE
 INVALID_PRODUCER_EPOCH or an EndTxn whose outcome stays unknown end the producer instance,
 and a new one (InitProducerId without a producer id) aborts or completes what it left.
 
+A `Takeover` runs two instances of one transactional id at once: the producer pauses at a
+chosen point of its protocol (a GC pause, a host cut off: the application's orchestrator
+takes it for dead), a successor instance starts (InitProducerId without a producer id, which
+fences it), and the paused one resumes as a zombie that carries on as if nothing happened:
+it produces, adds partitions, commits offsets, ends transactions, and asks for a KIP-360
+epoch bump with the producer id and epoch it holds, as Kafka's producer does in
+abortTransaction() after an abortable error and librdkafka does when its transaction needs a
+bump. The first fencing answer stops it (a fenced application shuts down). Whatever it sends
+once its successor's InitProducerId was answered is marked late; a late InitProducerId or
+EndTxn(commit) answered NONE is a violation at once, and the auditor fails the run if
+anything late becomes visible.
+
 Each transaction is written down in a `TxnLedger`: every record it sent (values unique in the
 run), which were acknowledged, the group offsets it committed, what EndTxn asked and what the
 client knows of the outcome: "committed" or "aborted" only when EndTxn answered NONE.
@@ -24,7 +36,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
@@ -53,6 +65,7 @@ DELIVERY_TIMEOUT_S = 30.0  # delivery.timeout.ms: how long a batch is retried
 FENCED = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING}
 COORDINATOR_MOVED = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
 COORDINATOR_BUSY = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+SUCCESSOR_NUMBERS = 100_000  # a successor's transactions are numbered above its predecessor's
 
 
 @dataclass
@@ -69,6 +82,8 @@ class Txn:
     intent: str | None = None  # "commit" | "abort": what EndTxn asked, None if it was never sent
     outcome: str = "unknown"  # "committed" | "aborted" when EndTxn answered NONE
     story: list[str] = field(default_factory=list)
+    late: set[str] = field(default_factory=set)  # records first sent after this instance was fenced
+    late_end: bool = False  # EndTxn first sent after this instance was fenced
 
 
 @dataclass
@@ -89,6 +104,24 @@ class Fenced(Exception):
 
 class Abortable(Exception):
     """The transaction must be aborted (a batch could not be delivered, offsets not committed)."""
+
+
+PAUSE_POINTS = (
+    "abort_then_bump",  # an abortable error: EndTxn(abort) answered, paused, then InitProducerId(its id, epoch)
+    "bump",  # paused between transactions, then InitProducerId(its id, epoch) (librdkafka's epoch bump)
+    "mid_transaction",  # paused after AddPartitionsToTxn, then produces, commits offsets, ends it
+    "between_transactions",  # paused, then begins the next transaction
+)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """When and where a producer pauses while a successor instance takes its transactional id."""
+
+    at_s: float  # from then on, the producer pauses at its next `where`
+    where: str  # one of PAUSE_POINTS
+    resume_s: float  # how long after its successor's InitProducerId was answered it resumes
+    successor_start_s: float  # the successor's start-up between its InitProducerId and first transaction
 
 
 class CoordinatorKiller:
@@ -208,6 +241,7 @@ class TxnProducer:
         self.ledger = ledger
         self.rng = rng
         self.name = name
+        self.az = az
         self.keys = keys
         self.tid = transactional_id
         self.timeout_ms = timeout_ms
@@ -219,6 +253,14 @@ class TxnProducer:
         self.sequences: dict[Key, int] = {}
         self.numbers = 0
         self.stale = True
+        self.until_s = 0.0
+        self.takeover: Takeover | None = None  # pending until this producer pauses for it
+        self.zombie = False  # a successor took the transactional id while this one was paused
+        self.fenced_at: float | None = None  # when the successor's InitProducerId was answered
+        self.stopped = False  # a zombie stops at its first fencing answer
+        self.on_initialized: Callable[[], None] | None = None  # told once, at the first InitProducerId answered
+        self.start_delay_s = 0.0  # before the first transaction (a successor's start-up)
+        self._successor: asyncio.Task[None] | None = None
         ledger.transactional_ids.add(transactional_id)
 
     def trace(self, text: str, *args: object) -> None:
@@ -228,15 +270,78 @@ class TxnProducer:
         return asyncio.get_running_loop().time()
 
     async def run(self, until_s: float) -> None:
-        while self.now() < until_s:
+        self.until_s = until_s
+        while self.now() < until_s and not self.stopped:
             if self.producer_id < 0:
                 await self.init(bump=False)
+                if self.start_delay_s:
+                    await asyncio.sleep(self.start_delay_s)
+                    self.start_delay_s = 0.0
                 continue
+            if self._pauses_here("bump"):
+                await self.pause()
+                await self.init(bump=True)
+                continue
+            if self._pauses_here("between_transactions"):
+                await self.pause()
             await self.one_transaction()
             await asyncio.sleep(self.rng.between((0.0, 0.3)))
-        if self.producer_id < 0:  # a new instance aborts (or completes) what the last one left
+        if self.producer_id < 0 and not self.stopped:  # a new instance aborts (or completes) what the last one left
             await self.init(bump=False)
         self.clients.connections.close_all()
+        if self._successor is not None:
+            await self._successor
+
+    # -- two instances of one transactional id ----------------------------------------------
+    def _pauses_here(self, where: str) -> bool:
+        takeover = self.takeover
+        return takeover is not None and takeover.where == where and self.now() >= takeover.at_s
+
+    async def pause(self) -> None:
+        """Stop here while a successor instance starts and takes the transactional id, then
+        resume, a zombie, some time after the successor's InitProducerId was answered."""
+        takeover = self.takeover
+        assert takeover is not None
+        self.takeover = None
+        self.zombie = True
+        self.ledger.counts[f"takeover_{takeover.where}"] += 1
+        self.trace("pauses (%s): a successor takes transactional id %s", takeover.where, self.tid)
+        successor = TxnProducer(
+            self.cluster,
+            self.ledger,
+            self.rng.fork("successor"),
+            f"{self.name}b",
+            self.az,
+            self.keys,
+            self.tid,
+            self.timeout_ms,
+            self.killer,
+        )
+        successor.group = self.group  # the same application: its offsets continue this one's
+        successor.numbers = self.numbers + SUCCESSOR_NUMBERS
+        successor.start_delay_s = takeover.successor_start_s
+        initialized = asyncio.Event()
+
+        def fenced() -> None:
+            self.fenced_at = self.now()
+            initialized.set()
+
+        successor.on_initialized = fenced
+        self._successor = asyncio.get_running_loop().create_task(successor.run(self.until_s))
+        await initialized.wait()
+        await asyncio.sleep(takeover.resume_s)
+        self.trace(
+            "resumes with producer %d epoch %d, fenced since %.3f s", self.producer_id, self.epoch, self.fenced_at
+        )
+
+    def _stop(self, why: str) -> None:
+        self.trace("zombie stops: %s", why)
+        self.ledger.counts["zombie_stopped"] += 1
+        self.stopped = True
+        self.producer_id, self.epoch = -1, -1
+
+    def _late(self) -> bool:
+        return self.fenced_at is not None
 
     # -- producer id ---------------------------------------------------------------------------
     async def init(self, bump: bool) -> None:
@@ -261,6 +366,16 @@ class TxnProducer:
                 self.producer_id, self.epoch = response.producer_id, response.producer_epoch
                 self.sequences = {}
                 self.trace("InitProducerId: producer %d epoch %d", self.producer_id, self.epoch)
+                if self._late():
+                    self.ledger.violation(
+                        f"{self.name}, fenced by its successor at {self.fenced_at:.3f} s, was handed producer "
+                        f"{self.producer_id} epoch {self.epoch} for InitProducerId with producer {expected[0]} "
+                        f"epoch {expected[1]}"
+                    )
+                self._initialized()
+                return
+            if code in FENCED and self.zombie:
+                self._stop(f"InitProducerId with producer {expected[0]} epoch {expected[1]}: {_name(code)}")
                 return
             if code in FENCED and expected != (-1, -1):
                 # KIP-360: a retry after a bump whose answer was lost presents the old epoch
@@ -275,11 +390,20 @@ class TxnProducer:
             await self.clients.backoff()
         self.ledger.violation(f"{self.name}: InitProducerId did not succeed in {10 * COORDINATOR_DEADLINE_S:.0f} s")
         self.producer_id = -1
+        self._initialized()
+
+    def _initialized(self) -> None:
+        if self.on_initialized is not None:
+            self.on_initialized()
+            self.on_initialized = None
 
     def new_instance(self, txn: Txn, why: str) -> None:
         """The application closes this producer and starts another: its next InitProducerId
         carries no producer id (fencing this one)."""
         txn.story.append(why)
+        if self.zombie:
+            self._stop(f"{txn.name}: {why}")
+            return
         self.trace("%s: %s; a new producer instance takes over", txn.name, why)
         self.ledger.counts["new_instances"] += 1
         self.producer_id, self.epoch = -1, -1
@@ -296,6 +420,8 @@ class TxnProducer:
         abortable = False
         try:
             await self.add_partitions(txn, parts)
+            if self._pauses_here("mid_transaction"):
+                await self.pause()
             results = await asyncio.gather(
                 *(self.produce(txn, key, self.rng.randint(1, 3)) for key in parts), return_exceptions=True
             )
@@ -305,6 +431,9 @@ class TxnProducer:
                 if isinstance(result, BaseException) and not isinstance(result, Abortable):
                     raise result
             abortable = any(isinstance(result, Abortable) for result in results)
+            if self._pauses_here("abort_then_bump"):
+                txn.story.append("an abortable error (simulated)")
+                abortable = True
             if not abortable and self.rng.chance(0.4):
                 await self.commit_offsets(txn)
             if self.rng.chance(0.05):  # the application dies before ending it
@@ -318,6 +447,8 @@ class TxnProducer:
             abortable = True
         commit = not abortable and self.rng.chance(0.65)
         if await self.end(txn, commit) and abortable:
+            if self._pauses_here("abort_then_bump"):
+                await self.pause()
             await self.init(bump=True)  # sequences may have gaps: a new epoch restarts them
 
     async def add_partitions(self, txn: Txn, parts: list[Key]) -> None:
@@ -360,6 +491,8 @@ class TxnProducer:
             sequence = self.sequences.get(key, 0)
             self.sequences[key] = sequence + 1
             txn.records[value] = key
+            if self._late():
+                txn.late.add(value)
             await self._send(txn, key, value, sequence)
             txn.acked.add(value)
 
@@ -460,6 +593,7 @@ class TxnProducer:
     async def end(self, txn: Txn, commit: bool) -> bool:
         """EndTxn until it is answered NONE (True), or this instance gives up (False)."""
         txn.intent = "commit" if commit else "abort"
+        txn.late_end = self._late()
         self.trace("%s: EndTxn(%s)", txn.name, txn.intent)
         request = EndTxnRequest(
             transactional_id=self.tid, producer_id=self.producer_id, producer_epoch=self.epoch, committed=commit
@@ -475,6 +609,11 @@ class TxnProducer:
             if code == ErrorCode.NONE:
                 txn.outcome = "committed" if commit else "aborted"
                 self.trace("%s %s", txn.name, txn.outcome)
+                if commit and txn.late_end:
+                    self.ledger.violation(
+                        f"{txn.name}: {self.name}, fenced by its successor at {self.fenced_at:.3f} s, "
+                        f"committed a transaction (producer {self.producer_id} epoch {self.epoch})"
+                    )
                 return True
             if code in FENCED:
                 self.new_instance(txn, f"EndTxn: {_name(code)}")

@@ -52,7 +52,7 @@ def test_init_producer_id_new_bump_rotate_and_fence() -> None:
         assert (bumped.producer_id, bumped.producer_epoch, bumped.last_producer_epoch, bumped.state) == (
             5,
             4,
-            3,
+            -1,  # a new instance: nobody may pass for a retry of this bump
             S.EMPTY,
         )
     rotated = rules.init_producer_id(txn(S.EMPTY, EXHAUSTED_EPOCH), "tx", timeout_ms=1, now_ms=7, new_producer_id=9)
@@ -60,7 +60,12 @@ def test_init_producer_id_new_bump_rotate_and_fence() -> None:
     assert rules.needs_new_producer_id(None) and rules.needs_new_producer_id(txn(S.EMPTY, EXHAUSTED_EPOCH))
     assert not rules.needs_new_producer_id(txn(S.EMPTY, 3))
     fenced = rules.init_producer_id(txn(S.ONGOING, 3, TP, 1), "tx", timeout_ms=1, now_ms=7, new_producer_id=-1)
-    assert (fenced.state, fenced.producer_epoch, fenced.partitions) == (S.PREPARE_ABORT, 4, TP)
+    assert (fenced.state, fenced.producer_epoch, fenced.last_producer_epoch, fenced.partitions) == (
+        S.PREPARE_ABORT,
+        4,
+        -1,
+        TP,
+    )
     for state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
         assert (
             code(lambda: rules.init_producer_id(txn(state), "tx", timeout_ms=1, now_ms=7, new_producer_id=-1))
@@ -77,6 +82,18 @@ def test_init_producer_id_new_bump_rotate_and_fence() -> None:
     )
     ok = rules.init_producer_id(txn(S.EMPTY, 3), "tx", timeout_ms=1, now_ms=7, new_producer_id=-1, expected=(5, 3))
     assert ok.producer_epoch == 4
+    # as Kafka's KafkaApis: a producer id without an epoch (or the reverse) is malformed
+    for half in ((5, -1), (-1, 3)):
+        assert (
+            code(
+                lambda: rules.init_producer_id(
+                    txn(S.EMPTY, 3), "tx", timeout_ms=1, now_ms=7, new_producer_id=-1, expected=half
+                )
+            )
+            == ErrorCode.INVALID_REQUEST
+        )
+    none = rules.init_producer_id(txn(S.EMPTY, 3), "tx", timeout_ms=1, now_ms=7, new_producer_id=-1, expected=(-1, -1))
+    assert (none.producer_epoch, none.last_producer_epoch) == (4, -1)
 
 
 def test_add_partitions_and_end_txn() -> None:
@@ -114,7 +131,7 @@ def test_timeouts() -> None:
     assert not ongoing.expired(60_999) and ongoing.expired(61_000)
     assert not txn(S.EMPTY).expired(10**9) and not txn(S.PREPARE_COMMIT, start=0).expired(10**9)
     aborted = rules.abort_timed_out(ongoing, 61_000)
-    assert (aborted.state, aborted.producer_epoch, aborted.last_producer_epoch) == (S.PREPARE_ABORT, 4, 3)
+    assert (aborted.state, aborted.producer_epoch, aborted.last_producer_epoch) == (S.PREPARE_ABORT, 4, -1)
 
 
 def test_a_retried_epoch_bump_gets_the_bumped_epoch_not_fenced() -> None:
@@ -136,6 +153,39 @@ def test_a_retried_epoch_bump_gets_the_bumped_epoch_not_fenced() -> None:
         rotated, "tx", timeout_ms=1, now_ms=8, new_producer_id=-1, expected=(5, EXHAUSTED_EPOCH)
     )
     assert retried is rotated
+
+
+def test_an_instance_fenced_by_another_cannot_pass_its_old_epoch_off_as_a_retry() -> None:
+    """Review 3 F1: a new instance's InitProducerId (no expected epoch) recorded the old
+    epoch as the last one, so the old instance (a zombie) asking for a KIP-360 bump with its
+    own id and epoch was taken for a retry and handed the new instance's id and epoch. Kafka
+    records -1 there, on fences and on timeout aborts; the zombie is PRODUCER_FENCED."""
+
+    def zombie_bump(current: TransactionMetadata, presented: tuple[int, int]) -> int:
+        return code(
+            lambda: rules.init_producer_id(
+                current, "tx", timeout_ms=1, now_ms=9, new_producer_id=-1, expected=presented
+            )
+        )
+
+    for state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):  # the zombie is idle; a new instance starts
+        successor = rules.init_producer_id(txn(state, 3), "tx", timeout_ms=1, now_ms=8, new_producer_id=-1)
+        assert (successor.producer_id, successor.producer_epoch) == (5, 4)
+        assert zombie_bump(successor, (5, 3)) == ErrorCode.PRODUCER_FENCED
+    # the zombie's transaction was open: the new instance fences it, the abort completes
+    fence = rules.init_producer_id(txn(S.ONGOING, 3, TP, 1), "tx", timeout_ms=1, now_ms=8, new_producer_id=-1)
+    aborted = rules.complete(fence, 9)
+    assert zombie_bump(aborted, (5, 3)) == ErrorCode.PRODUCER_FENCED
+    successor = rules.init_producer_id(aborted, "tx", timeout_ms=1, now_ms=10, new_producer_id=-1)
+    assert zombie_bump(successor, (5, 3)) == ErrorCode.PRODUCER_FENCED
+    assert zombie_bump(successor, (5, 4)) == ErrorCode.PRODUCER_FENCED
+    # its transaction timed out: the coordinator's abort fences it just as well
+    timed_out = rules.complete(rules.abort_timed_out(txn(S.ONGOING, 3, TP, 1), 61_001), 61_002)
+    assert zombie_bump(timed_out, (5, 3)) == ErrorCode.PRODUCER_FENCED
+    # a new instance at the exhausted epoch gets a new producer id; the zombie is fenced there too
+    rotated = rules.init_producer_id(txn(S.EMPTY, EXHAUSTED_EPOCH), "tx", timeout_ms=1, now_ms=8, new_producer_id=9)
+    assert (rotated.producer_id, rotated.previous_producer_id, rotated.last_producer_epoch) == (9, 5, -1)
+    assert zombie_bump(rotated, (5, EXHAUSTED_EPOCH)) == ErrorCode.PRODUCER_FENCED
 
 
 def test_idle_expiry_only_without_an_open_or_ending_transaction() -> None:
@@ -357,6 +407,41 @@ def test_a_state_change_the_log_refuses_is_answered_with_a_coordinator_error(tmp
             await broker.transactions.init_producer_id("tx", 60_000, None)
         assert raised.value.code == ErrorCode.NOT_COORDINATOR
         assert broker.transactions.describe("tx").state is S.ONGOING
+        await _stop(broker)
+
+    asyncio.run(scenario())
+
+
+def test_a_zombie_asking_the_coordinator_for_a_bump_is_fenced(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Review 3 F1 through the coordinator: instance A ends its transaction, a new instance B
+    of the same transactional id starts, then A (a zombie) asks for a KIP-360 bump with its
+    own producer id and epoch. It was answered with B's producer id and epoch, and could
+    then commit B's transaction; Kafka answers PRODUCER_FENCED. The same after the
+    coordinator aborted A's timed-out transaction."""
+    from broker.clock import ManualClock
+
+    async def fenced(broker, presented: tuple[int, int]) -> int:  # type: ignore[no-untyped-def]
+        with pytest.raises(ApiError) as raised:
+            await broker.transactions.init_producer_id("tx", 60_000, presented)
+        return raised.value.code
+
+    async def scenario() -> None:
+        clock = ManualClock(1_800_000_000_000)
+        broker, pid, epoch = await _core(tmp_path, clock)
+        await broker.transactions.end_txn("tx", pid, epoch, True)
+        assert await _until(lambda: broker.transactions.describe("tx").state is S.COMPLETE_COMMIT)
+        assert await broker.transactions.init_producer_id("tx", 60_000, None) == (pid, epoch + 1)  # instance B
+        assert await fenced(broker, (pid, epoch)) == ErrorCode.PRODUCER_FENCED
+        assert broker.transactions.describe("tx").producer_epoch == epoch + 1
+        # B bumps its own epoch (a retry of that bump is answered, not fenced)...
+        assert await broker.transactions.init_producer_id("tx", 60_000, (pid, epoch + 1)) == (pid, epoch + 2)
+        assert await broker.transactions.init_producer_id("tx", 60_000, (pid, epoch + 1)) == (pid, epoch + 2)
+        # ...and then times out: the coordinator's abort fences B in turn
+        await broker.transactions.add_partitions("tx", pid, epoch + 2, frozenset({("t", 0)}))
+        clock.advance(60_001)
+        assert await broker.transactions.abort_timed_out() == 1
+        assert await _until(lambda: broker.transactions.describe("tx").state is S.COMPLETE_ABORT)
+        assert await fenced(broker, (pid, epoch + 2)) == ErrorCode.PRODUCER_FENCED
         await _stop(broker)
 
     asyncio.run(scenario())

@@ -8,7 +8,11 @@ They write classic and diskless partitions (RF 3, min ISR 2) in transactions of 
 partitions, sometimes commit group offsets in them (AddOffsetsToTxn + TxnOffsetCommit), end
 them with a random COMMIT or ABORT, sometimes die before ending one, and retry what Kafka's
 producer retries, while the shared fault schedule (faults.py) crashes, stops, partitions and
-cuts off brokers, and a coordinator is killed now and then while an EndTxn is in flight.
+cuts off brokers, and a coordinator is killed now and then while an EndTxn is in flight. In
+most seeds the first producer is paused at some point of its protocol while a successor
+instance of its transactional id starts, and then resumes as a zombie that carries on (a
+KIP-360 epoch bump with its old producer id and epoch among what it may do next;
+txn_workload.Takeover).
 
 Then the faults stop, the cluster settles, and the auditor checks:
 1. a read_committed reader (Fetch isolation_level 1 through the client path, with Kafka's
@@ -22,6 +26,9 @@ Then the faults stop, the cluster settles, and the auditor checks:
 3. every transactional id's coordinator state is Empty, CompleteCommit or CompleteAbort;
 4. OffsetFetch(require_stable) of each group answers, for each partition, the offset of the
    last committed transaction that committed one there, and nothing where none did;
+5. a fenced instance never commits again: nothing a zombie sent after its successor's
+   InitProducerId was answered is visible, and no InitProducerId or EndTxn(commit) it sent
+   then is answered NONE (the client sees those as they happen);
 and, as `cluster`'s auditor, that offsets are dense and every replica holds the leader's log.
 """
 
@@ -44,7 +51,9 @@ from ..objectstore import ObjectStoreFaults
 from ..registry import scenario
 from ..runner import Sim
 from ..txn_workload import (
+    PAUSE_POINTS,
     CoordinatorKiller,
+    Takeover,
     TxnLedger,
     TxnProducer,
     fetch_stable_offsets,
@@ -53,6 +62,7 @@ from ..txn_workload import (
 from ..workload import Key
 
 TRAFFIC_S = 20.0
+TAKEOVER_P = 0.75  # seeds in which a successor instance takes the first producer's transactional id
 SETTLED_STATES = {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
 COMPLETION_S = 180.0  # after settling: timeouts (<= 20 s + the 2 s scan) and marker retries
 SETTINGS = {
@@ -109,6 +119,14 @@ async def transactions(sim: Sim) -> dict[str, int]:
         built.network.faults = weather.choice([NetFaults(), NetFaults.flaky()])
         loop = asyncio.get_running_loop()
         until_s = loop.time() + TRAFFIC_S
+        zombie = rng.fork("takeover")
+        if zombie.chance(TAKEOVER_P):
+            producers[0].takeover = Takeover(
+                at_s=loop.time() + zombie.between((0.5, TRAFFIC_S / 2)),
+                where=zombie.choice(PAUSE_POINTS),
+                resume_s=zombie.between((0.0, 2.0)),
+                successor_start_s=zombie.between((0.0, 3.0)),
+            )
         stops: Counter[str] = Counter()
         with failing_disks(rng.fork("disks"), weather.choice([0.0, 0.0, 0.003])):
             tasks = [loop.create_task(p.run(until_s)) for p in producers]
@@ -171,6 +189,9 @@ async def audit(cluster: SimCluster, ledger: TxnLedger, keys: list[Key], rng, az
             problems.append(f"{what}: committed, but {sorted(set(txn.records) - visible)} are not visible")
         if (txn.outcome == "aborted" or txn.intent != "commit") and visible:
             problems.append(f"{what}: never committed, but {sorted(visible)} are visible")
+        if visible & txn.late or (visible and txn.late_end):
+            late = sorted(visible & txn.late) if visible & txn.late else "its EndTxn(commit)"
+            problems.append(f"{what}: a fenced instance committed: {late} sent after its successor took over")
         if visible:
             committed.append(id(txn))
             outcomes["visible"] += 1
