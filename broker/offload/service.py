@@ -294,12 +294,15 @@ class OffloadService:
             log.warning("old tiering plans not swept: %s", exc)
 
     def _expired(self, partition: Partition) -> list[RemoteSegment]:
-        """Readable segments past retention.ms or beyond retention.bytes (counted across tiers),
-        oldest first; Kafka's retention for a topic with tiered storage."""
+        """Readable segments past retention.ms or beyond retention.bytes, oldest first; Kafka's
+        retention for a topic with tiered storage. The size counts each offset once, as
+        Kafka's RemoteLogManager does (the tiered segments, plus the local log above the
+        tiered end: what is both tiered and still local is counted in the tiered size only)."""
         cfg = partition.settings.log
         now = self._clock.now_ms()
-        readable = partition.remote_segments.readable
-        total = partition.remote_segments.size_bytes + partition.log.size_bytes
+        remote = partition.remote_segments
+        readable = remote.readable
+        total = remote.size_bytes + partition.log.size_bytes_from(remote.tiered_end)
         expired = []
         for segment in readable:
             by_time = cfg.retention_ms >= 0 and now - segment.max_timestamp_ms > cfg.retention_ms
