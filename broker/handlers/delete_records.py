@@ -1,4 +1,6 @@
-"""DeleteRecords: advance a partition's log start offset (whole segments below it go)."""
+"""DeleteRecords: advance a partition's log start offset across both tiers (whole local
+segments below it go at once, tiered ones with the next tiering cycle; nothing below it is
+served from then on)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
 from ..context import HandlerContext
 from ..protocol.api_keys import ApiKey
-from ..protocol.errors import ApiError, ErrorCode
+from ..protocol.errors import ApiError
 from ..protocol.header import RequestHeader
 from .registry import api
 
@@ -23,17 +25,11 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteR
         for item in wanted.partitions:
             try:
                 partition = broker.replica_manager.leader(wanted.name, item.partition_index)
-                log = partition.log
-                offset = log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
-                if offset < 0 or offset > log.high_watermark:  # as Kafka: below the start is a no-op
-                    raise ApiError(
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"offset {offset} is not in [0, {log.high_watermark}] (the high watermark)",
-                    )
-                offset = max(offset, log.log_start_offset)
-                log.delete_records_before(offset)
+                offset = partition.log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
+                # as Kafka: OFFSET_OUT_OF_RANGE above the high watermark, below the start a no-op
+                low_watermark = partition.delete_records_before(offset)
                 partitions.append(
-                    _Partition(partition_index=item.partition_index, low_watermark=log.log_start_offset, error_code=0)
+                    _Partition(partition_index=item.partition_index, low_watermark=low_watermark, error_code=0)
                 )
             except ApiError as exc:
                 partitions.append(

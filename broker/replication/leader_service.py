@@ -112,6 +112,7 @@ class ReplicaFetchService:
                     log.log_start_offset,
                     diverging[0],
                     diverging[1],
+                    partition_log_start_offset=partition.log_start_offset,
                 )
             if wanted.fetch_offset > leo:
                 raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
@@ -131,6 +132,7 @@ class ReplicaFetchService:
                 log.high_watermark,
                 log.log_start_offset,
                 entries=entries,  # type: ignore[arg-type]  # msgspec sends a memoryview as bytes
+                partition_log_start_offset=partition.log_start_offset,
             )
         except ApiError as exc:
             log_ = partition.log if partition is not None else None

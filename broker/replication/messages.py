@@ -41,6 +41,9 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
     # (remote_segments.py snapshot), so a follower starting over there knows them too.
     remote_segments: bytes = b""
     modes: bytes = b""  # likewise its mode markers (log/modes.py snapshot)
+    # The leader's log start offset across tiers (`log_start_offset` above is its local log's):
+    # where DeleteRecords moved it, so followers serve nothing below it either. -1: unknown.
+    partition_log_start_offset: int = -1
 
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):
