@@ -305,7 +305,9 @@ class OffloadService:
         now = self._clock.now_ms()
         remote = partition.remote_segments
         readable = remote.readable
-        total = remote.size_bytes + partition.log.size_bytes_from(remote.tiered_end)
+        total = 0  # only with a size limit: the local size may take a walk of entry heads
+        if cfg.retention_bytes >= 0:
+            total = remote.size_bytes + partition.log.size_bytes_from(remote.tiered_end)
         expired = []
         for segment in readable:
             by_time = cfg.retention_ms >= 0 and now - segment.max_timestamp_ms > cfg.retention_ms
