@@ -4,7 +4,7 @@ Markers are applied only once committed (below the high watermark), on the leade
 every follower alike, so the set never has to be rolled back when a divergent tail is
 truncated: until then a marker waits in `pending`. KIP-405's transition rules hold (a state
 may repeat, for retries; anything else is ignored with a warning), and a COPY_FINISHED that
-overlaps a readable segment is refused, so readable segments never overlap.
+overlaps a finished (COPY_FINISHED) segment is refused, so readable segments never overlap.
 
 It also holds the partition's log start offset as DeleteRecords moved it (Kafka's
 `UnifiedLog.logStartOffset`, which may lie inside the tiered range or above it): readers see
