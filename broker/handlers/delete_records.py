@@ -1,9 +1,16 @@
 """DeleteRecords: advance a partition's log start offset across both tiers (whole local
 segments below it go at once, tiered ones with the next tiering cycle; nothing below it is
-served from then on). A diskless partition's clients send it to their AZ's representative,
-which sends it on to the leader (routing/forwarding.py), as ListOffsets."""
+served from then on). As Kafka's DelayedDeleteRecords, the answer waits until every replica
+on a live broker reports a log start offset at or above the one asked (the smallest is the
+low watermark answered), so a leader elected later has it too; REQUEST_TIMED_OUT after the
+request's timeout (the leader keeps it, and the followers learn it all the same). A diskless
+partition's clients send it to their AZ's representative, which sends it on to the leader
+(routing/forwarding.py), as ListOffsets."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
@@ -15,6 +22,9 @@ from ..reads.replica_policy import forward_target
 from ..routing.forwarding import Forwarded
 from .registry import api
 
+if TYPE_CHECKING:
+    from ..partition import Partition
+
 _Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
 _Partition = _Topic.DeleteRecordsPartitionResult
 TO_HIGH_WATERMARK = -1
@@ -24,6 +34,7 @@ TO_HIGH_WATERMARK = -1
 async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
     elsewhere = Forwarded()
+    moved: list[tuple[list[Any], int, Partition, int]] = []  # (answers, slot, partition, offset asked)
     for t_pos, wanted in enumerate(request.topics):
         partitions: list = []
         topic = broker.catalog.get(wanted.name)
@@ -36,15 +47,18 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteR
                 partition = broker.replica_manager.leader(wanted.name, item.partition_index)
                 offset = partition.log.high_watermark if item.offset == TO_HIGH_WATERMARK else item.offset
                 # as Kafka: OFFSET_OUT_OF_RANGE above the high watermark, below the start a no-op
-                low_watermark = partition.delete_records_before(offset)
-                partitions.append(
-                    _Partition(partition_index=item.partition_index, low_watermark=low_watermark, error_code=0)
-                )
+                partition.delete_records_before(offset)
+                moved.append((partitions, len(partitions), partition, offset))
+                partitions.append(None)
             except ApiError as exc:
                 partitions.append(
                     _Partition(partition_index=item.partition_index, low_watermark=-1, error_code=exc.code)
                 )
         topics.append(_Topic(name=wanted.name, partitions=partitions))
+    deadline = asyncio.get_running_loop().time() + max(request.timeout_ms, 0) / 1000
+    replicated = asyncio.gather(
+        *(_replicated(broker, partition, offset, deadline) for _a, _s, partition, offset in moved)
+    )
     await elsewhere.fill(
         broker,
         header,
@@ -55,4 +69,26 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteR
             partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER
         ),
     )
+    for (answers, slot, _partition, _offset), answer in zip(moved, await replicated):
+        answers[slot] = answer
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+
+async def _replicated(broker: HandlerContext, partition: Partition, offset: int, deadline: float) -> Any:
+    """The partition's answer once its low watermark (LeaderState.low_watermark) reaches
+    `offset`, or REQUEST_TIMED_OUT at `deadline`; NOT_LEADER_OR_FOLLOWER if leadership moves."""
+    loop = asyncio.get_running_loop()
+    broker.waiters.notify(partition.key)  # followers long-polling here learn the new log start now
+    while True:
+        state = partition.leader_state
+        if state is None:
+            return _Partition(
+                partition_index=partition.index, low_watermark=-1, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
+        low = state.low_watermark(partition.log_start_offset, lambda replica: replica in broker.view.brokers)
+        if low >= offset:
+            return _Partition(partition_index=partition.index, low_watermark=low, error_code=0)
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return _Partition(partition_index=partition.index, low_watermark=-1, error_code=ErrorCode.REQUEST_TIMED_OUT)
+        await broker.waiters.wait([partition.key], remaining)

@@ -107,7 +107,14 @@ class ReplicaFetcher:
                 self._config.replica_fetch_wait_max_ms,
                 self._config.replica_fetch_max_bytes,
                 [
-                    FetchPartition(p.topic_id, p.index, p.log.log_end_offset, p.epochs.latest_epoch, p.leader_epoch)
+                    FetchPartition(
+                        p.topic_id,
+                        p.index,
+                        p.log.log_end_offset,
+                        p.epochs.latest_epoch,
+                        p.leader_epoch,
+                        p.log_start_offset,
+                    )
                     for p in sent
                 ],
             )

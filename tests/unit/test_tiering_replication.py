@@ -21,8 +21,8 @@ from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.protocol.errors import ErrorCode
 from broker.replication.fetcher import ReplicaFetcher
-from broker.replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
-from tests.unit.test_partition import batch, open_partition
+from broker.replication.messages import REPLICATION_VERSION, FetchPartition, ReplicaFetchRequest, ReplicaFetchResponse
+from tests.unit.test_partition import open_partition
 from tests.unit.test_replication_leader_service import TOPIC_ID, Rig
 
 
@@ -63,20 +63,27 @@ def test_answer_within_the_log_carries_no_snapshot(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-async def delete_records(rig: Rig, offset: int) -> int:
-    """DeleteRecords(before `offset`) through the handler, at the rig's leader: the low watermark."""
+async def delete_records(
+    rig: Rig, offset: int, live: tuple[int, ...] = (0, 1), timeout_ms: int = 10_000
+) -> tuple[int, int]:
+    """DeleteRecords(before `offset`) through the handler, at the rig's leader, with the
+    brokers `live` registered: (error code, low watermark)."""
     topic, part = (
         DeleteRecordsRequest.DeleteRecordsTopic,
         DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition,
     )
     request = DeleteRecordsRequest(
-        topics=[topic(name="t", partitions=[part(partition_index=0, offset=offset)])], timeout_ms=1
+        topics=[topic(name="t", partitions=[part(partition_index=0, offset=offset)])], timeout_ms=timeout_ms
     )
-    broker = SimpleNamespace(replica_manager=rig, catalog=SimpleNamespace(get=lambda name: None))
+    broker = SimpleNamespace(
+        replica_manager=rig,
+        catalog=SimpleNamespace(get=lambda name: None),
+        waiters=rig.waiters,
+        view=SimpleNamespace(brokers=dict.fromkeys(live)),
+    )
     header = SimpleNamespace(api_version=2, peer="p", client_id="c", forwarded=False)
     [answer] = (await delete_records_handler.handle(broker, header, request)).topics[0].partitions  # type: ignore[arg-type]
-    assert answer.error_code == ErrorCode.NONE
-    return int(answer.low_watermark)
+    return answer.error_code, answer.low_watermark
 
 
 class _LeaderPool:
@@ -128,9 +135,8 @@ def test_a_follower_learns_a_log_start_moved_into_the_tiered_range_and_keeps_it(
             assert [s.segment_id for s in follower.remote_segments.readable] == ["seg-1", "seg-2"]
             rig.partition.log.delete_records_before(10)  # local retention on the leader: [0, 10) is tiered only
 
-            assert await delete_records(rig, 7) == 7  # inside seg-2
-            rig.partition.append_records(batch(12), acks=1)  # the next round trip carries it
-            await caught_up("the log start")
+            # inside seg-2; answered once the follower has it (Kafka's DelayedDeleteRecords)
+            assert await delete_records(rig, 7) == (ErrorCode.NONE, 7)
             assert follower.log_start_offset == 7
             assert follower.remote_segments.segment_for(6) is None and follower.remote_segments.segment_for(7)
             assert [s.segment_id for s in follower.remote_segments.below_log_start()] == ["seg-1"]
@@ -151,12 +157,42 @@ def test_a_follower_that_starts_over_learns_the_log_start_with_the_tiered_segmen
         tiered = RemoteSegmentEvent(EVENT_VERSION, RemoteSegmentState.COPY_SEGMENT_FINISHED, "seg-1", 0, 7, 3, 100, 1)
         rig.partition.append_marker(tiered)
         rig.partition.log.delete_records_before(8)
-        assert await delete_records(rig, 5) == 5
+        assert await delete_records(rig, 5, live=(0,)) == (ErrorCode.NONE, 5)  # broker 1 is down
 
         answer = await rig.fetch(0)
         follower = open_partition(tmp_path / "follower", rig.clock)
         follower.restart_at(answer.log_start_offset)
         follower.remote_segments.install(answer.remote_segments, answer.log_start_offset)
         assert follower.log_start_offset == 5
+
+    asyncio.run(scenario())
+
+
+def test_delete_records_waits_for_the_followers_on_live_brokers(tmp_path: Path) -> None:
+    """Regression (found by the tiered_delete_records simulation, seeds 101, 105, 108 and 11
+    more of 100..199): DeleteRecords answered as soon as the leader moved its log start; the
+    leader died before a follower learned it, the follower took over and served the deleted
+    records again. As Kafka's DelayedDeleteRecords, the answer now waits for every replica on
+    a live broker (the low watermark is the smallest log start among them)."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path)  # broker 1 follows, and has not fetched yet
+        for _ in range(4):
+            rig.append()
+        await rig.fetch(8, last_epoch=3)  # follower 1 holds all of it: the high watermark is 8
+        assert await delete_records(rig, 4, timeout_ms=50) == (ErrorCode.REQUEST_TIMED_OUT, -1)
+        assert rig.partition.log_start_offset == 4, "the leader keeps it all the same"
+        assert await delete_records(rig, 4, live=(0,)) == (ErrorCode.NONE, 4), "a dead broker holds nothing back"
+
+        waiting = asyncio.ensure_future(delete_records(rig, 6))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        answer = await rig.fetch(8, last_epoch=3)  # at once: the log start moved since it was told
+        assert answer.partition_log_start_offset == 6
+        request = ReplicaFetchRequest(
+            REPLICATION_VERSION, 1, 0, 1 << 20, [FetchPartition(str(TOPIC_ID), 0, 8, 3, 3, 6)]
+        )
+        await rig.service.handle(request)  # the follower's next fetch reports it
+        assert await waiting == (ErrorCode.NONE, 6)
 
     asyncio.run(scenario())

@@ -11,8 +11,8 @@ range, past its end, or in the local log; consumers with auto.offset.reset=earli
 partitions, resetting to ListOffsets EARLIEST whenever told OFFSET_OUT_OF_RANGE.
 
 At the end the faults stop, the cluster settles, more cycles run, and:
-- every replica's log start offset is the leader's, at least the highest low watermark a
-  DeleteRecords answered, and ListOffsets EARLIEST answers it;
+- every replica's log start offset is at least the highest low watermark a DeleteRecords
+  answered (the answer waits for every replica on a live broker) and at most what was asked;
 - a fresh consumer reading from EARLIEST reaches the high watermark without being reset
   (no gap between the log start and the high watermark), reads nothing below the log start,
   and every acknowledged batch at or above it at its offset;
@@ -231,22 +231,22 @@ async def consume_from_earliest(
 
 
 def check_log_starts(cluster: SimCluster, deletes: Deletes) -> list[str]:
+    """Every replica's log start offset is at least what DeleteRecords answered (it waited for
+    them all) and at most what was asked. A follower's may be above the leader's: a delete a
+    former leader applied but never answered (it died first) stays with it, as in Kafka."""
     problems = []
     for key in KEYS:
         leader = cluster.leader_broker(*key)
         assert leader is not None
         partition = leader.replica_manager.partitions[key]
         start = partition.log_start_offset
-        if not deletes.acked.get(key, 0) <= start <= max(deletes.asked.get(key, 0), 0):
-            problems.append(
-                f"{key}: log start {start}, DeleteRecords answered up to {deletes.acked.get(key, 0)}, "
-                f"asked up to {deletes.asked.get(key, 0)}"
-            )
+        acked, asked = deletes.acked.get(key, 0), deletes.asked.get(key, 0)
         for node_id in partition.replicas:
-            theirs = cluster.brokers[node_id].broker.replica_manager.partitions[key]
-            if theirs.log_start_offset != start:
+            theirs = cluster.brokers[node_id].broker.replica_manager.partitions[key].log_start_offset
+            if not acked <= theirs <= max(asked, start):
                 problems.append(
-                    f"{key}: broker {node_id}'s log start is {theirs.log_start_offset}, the leader's {start}"
+                    f"{key}: broker {node_id}'s log start is {theirs} (the leader's {start}): "
+                    f"DeleteRecords answered up to {acked}, asked up to {asked}"
                 )
         below = [
             (s.base_offset, s.end_offset)
