@@ -29,7 +29,13 @@ log = logging.getLogger(__name__)
 
 # Partition requests a broker that does not lead a diskless partition sends on to its leader.
 FORWARDABLE = frozenset(
-    {ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS}
+    {
+        ApiKey.LIST_OFFSETS,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.WRITE_TXN_MARKERS,
+        ApiKey.DESCRIBE_PRODUCERS,
+        ApiKey.DELETE_RECORDS,
+    }
 )
 
 

@@ -22,12 +22,15 @@ Rules, with Kafka's names:
 - Partition.isFollowerInSync: a non-ISR follower may join when its LEO >= HW and >= the
   start offset of the current leader epoch (so it holds everything this leader wrote).
 - No shrink or expand is proposed while an ISR change is pending (Kafka's isInflight).
+- Partition.lowWatermarkIfLeader: the smallest log start offset over the leader and the
+  followers on live brokers (a follower reports its own with every fetch; -1 before it has):
+  DeleteRecords answers once it reaches the offset asked (Kafka's DelayedDeleteRecords).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 UNKNOWN_OFFSET = -1  # Kafka's UnifiedLog.UNKNOWN_OFFSET: a follower that has not fetched yet
 
@@ -38,6 +41,7 @@ class _Follower:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
     last_caught_up_ms: int = 0
+    log_start_offset: int = UNKNOWN_OFFSET
 
 
 class LeaderState:
@@ -120,6 +124,21 @@ class LeaderState:
         follower.last_fetch_leader_log_end_offset = max(leader_leo, follower.last_fetch_leader_log_end_offset)
         follower.last_fetch_ms = now_ms
         return True
+
+    def on_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """Record the log start offset a follower reported with its fetch; True when it
+        changed (a DeleteRecords may be waiting for it)."""
+        follower = self._followers.get(replica_id)
+        if follower is None or follower.log_start_offset == log_start_offset:
+            return False
+        follower.log_start_offset = log_start_offset
+        return True
+
+    def low_watermark(self, leader_log_start_offset: int, alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset over the leader and its followers on live brokers
+        (`alive`), -1 while one of those has not reported its own."""
+        reported = [f.log_start_offset for r, f in self._followers.items() if alive(r)]
+        return min([leader_log_start_offset, *reported])
 
     def high_watermark(self, leader_leo: int) -> int:
         """Advance the HW to the minimum LEO over the maximal ISR (leader's = `leader_leo`)

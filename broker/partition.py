@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .clock import Clock
-from .log import EntryKind, LogClosedError, PartitionLog, RemoteRetention
+from .log import EntryKind, LogClosedError, OffsetOutOfRangeError, PartitionLog, RemoteRetention
 from .log.markers import RemoteSegmentEvent, decode_marker, encode_marker
 from .log.modes import ModeChange, ModeEvent, ModeHistory, decode_mode_marker, encode_mode_marker
 from .log.remote_segments import RemoteSegments
@@ -128,6 +128,7 @@ class Partition:
         rolled.append(partition._on_segment_roll)
         partition._rebuild_producer_state()
         partition._replay_markers()
+        partition._finish_log_start()
         return partition
 
     def _on_segment_roll(self, offset: int) -> None:
@@ -150,12 +151,38 @@ class Partition:
                 )
         self.remote_segments.commit_through(self.log.high_watermark)
 
+    def _finish_log_start(self) -> None:
+        """A stop between the two steps of delete_records_before leaves the local log
+        starting below the log start offset: move it there (Kafka's log load raises the local
+        start, and the high watermark with it, to the checkpointed log start offset)."""
+        start = min(self.remote_segments.log_start_offset, self.log.log_end_offset)
+        if start > self.log.log_start_offset:
+            self.log.update_high_watermark(start)
+            self.log.delete_records_before(start)
+
     @property
     def log_start_offset(self) -> int:
-        """Kafka's log start offset: the first offset in tiered segments or in the local log."""
+        """Kafka's log start offset: the first offset in tiered segments or in the local log,
+        never below where DeleteRecords moved it."""
         remote = self.remote_segments.start_offset
         local = self.log.log_start_offset
         return local if remote is None else min(remote, local)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to `offset` across both tiers (DeleteRecords, or a
+        follower learning its leader's; Kafka's maybeIncrementLogStartOffset); returns it.
+        Tiered segments wholly below it stop being read at once and are deleted by the
+        offload service; the local log drops what lies below it. OFFSET_OUT_OF_RANGE above
+        the high watermark; below the log start offset nothing changes."""
+        if offset > self.log.high_watermark or offset < 0:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log.high_watermark, "DeleteRecords offset")
+        if offset > self.log_start_offset:
+            # Recorded first (durable once anything is tiered): a stop before the local log
+            # moves is finished at open (_finish_log_start).
+            self.remote_segments.advance_log_start(offset)
+            if offset > self.log.log_start_offset:
+                self.log.delete_records_before(offset)
+        return self.log_start_offset
 
     def remote_retention(self) -> RemoteRetention | None:
         """Local retention limits while tiered storage is on (None: plain retention)."""

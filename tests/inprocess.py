@@ -71,7 +71,8 @@ class InProcessBroker:
     configuration keys, over the harness's own (HARNESS_SETTINGS). The clock starts at
     `start_ms`, by default the wall clock's now: clients stamp records with the wall clock,
     and the broker refuses timestamps too far from its own. `seed` seeds the broker's random
-    source (cluster and topic ids, placement)."""
+    source (cluster and topic ids, placement). `objects`: the object store of an earlier
+    harness on the same `data_dir` (a restart keeps its tiered segments and WAL objects)."""
 
     def __init__(
         self,
@@ -80,9 +81,10 @@ class InProcessBroker:
         *,
         seed: int = 0,
         start_ms: int | None = None,
+        objects: MemoryObjectStore | None = None,
     ) -> None:
         self.clock = ManualClock(time.time_ns() // 1_000_000 if start_ms is None else start_ms)
-        self.objects = MemoryObjectStore(clock=self.clock)
+        self.objects = MemoryObjectStore(clock=self.clock) if objects is None else objects
         config = load_config(environ={}, overrides={**HARNESS_SETTINGS, "data.dir": str(data_dir), **(settings or {})})
         env = Environment(
             clock=self.clock,

@@ -105,28 +105,31 @@ async def _lookup(
         found = await _in_tiered(broker, partition, target)
         if found is not None:
             return found
+    start = partition.log_start_offset
     if target == MAX_TIMESTAMP:
         entry = log.entry_with_max_timestamp()
         if entry is None or entry.base_offset >= fetchable:
             return -1, -1
         wanted = entry.header.max_timestamp
-        return await _first_record_at_or_after(broker, entry, wanted, exact=True)
+        return await _first_record_at_or_after(broker, entry, wanted, exact=True, start=start)
     if target < 0:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {target}")
     entry = log.entry_for_timestamp(target)
     if entry is None or entry.base_offset >= fetchable:
         return -1, -1
-    return await _first_record_at_or_after(broker, entry, target, exact=False)
+    return await _first_record_at_or_after(broker, entry, target, exact=False, start=start)
 
 
 async def _in_tiered(broker: HandlerContext, partition: Partition, target: int) -> tuple[int, int] | None:
     """A timestamp lookup in the tiered segments (through their time index), or None when
-    no tiered batch reaches `target` (the local log answers)."""
+    no tiered batch reaches `target` (the local log answers). Records below the log start
+    offset (DeleteRecords) are never an answer, as in Kafka's search from logStartOffset."""
     segment = next((s for s in partition.remote_segments.readable if s.max_timestamp_ms >= target), None)
     if segment is None or segment.base_offset >= partition.log.log_start_offset:
         return None
     reader = broker.tiered_reader
-    offset = await reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target)
+    start = partition.log_start_offset
+    offset = max(await reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target), start)
     while offset <= segment.end_offset:
         batches = await reader.read(partition.topic_id, partition.index, segment, offset, 1 << 20)
         if not batches:
@@ -134,26 +137,29 @@ async def _in_tiered(broker: HandlerContext, partition: Partition, target: int) 
         for header, view in batches:
             if header.max_timestamp >= target:
                 if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
-                    return header.base_offset, header.max_timestamp
-                return _first_in_batch(bytes(view), target, exact=False) or (header.last_offset, header.max_timestamp)
+                    return max(header.base_offset, start), header.max_timestamp
+                found = _first_in_batch(bytes(view), target, exact=False, start=start)
+                return found or (header.last_offset, header.max_timestamp)
         offset = batches[-1][0].last_offset + 1
     return None
 
 
-def _first_in_batch(batch: bytes, target: int, exact: bool) -> tuple[int, int] | None:
+def _first_in_batch(batch: bytes, target: int, exact: bool, start: int) -> tuple[int, int] | None:
+    """The first record of the batch at or above offset `start` (the log start offset may lie
+    inside the batch) whose timestamp matches."""
     for record in DefaultRecordBatch(batch):
-        if record.timestamp == target if exact else record.timestamp >= target:
+        if record.offset >= start and (record.timestamp == target if exact else record.timestamp >= target):
             return record.offset, record.timestamp
     return None
 
 
 async def _first_record_at_or_after(
-    broker: HandlerContext, entry: LogEntry, target: int, exact: bool
+    broker: HandlerContext, entry: LogEntry, target: int, exact: bool, start: int
 ) -> tuple[int, int]:
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
-        return header.base_offset, header.max_timestamp
+        return max(header.base_offset, start), header.max_timestamp
     [pieces] = await batch_pieces(broker, [entry])
     if isinstance(pieces, Exception):
         raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {pieces}")
-    return _first_in_batch(b"".join(pieces), target, exact) or (header.last_offset, header.max_timestamp)
+    return _first_in_batch(b"".join(pieces), target, exact, start) or (header.last_offset, header.max_timestamp)

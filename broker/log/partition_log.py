@@ -354,6 +354,25 @@ class PartitionLog:
     def _segment_bytes(self, seg: Segment) -> int:
         return seg.batch_bytes() if self._config.size_by_batch_bytes else seg.size
 
+    def size_bytes_from(self, offset: int) -> int:
+        """`size_bytes` of the entries at or above `offset` only (Kafka's
+        onlyLocalLogSegmentsSize, with the tiered end as `offset`): whole segments above it,
+        and in the segment holding it the entries from there (a walk of entry heads)."""
+        with self._lock:
+            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            segs = self._segments[i:]
+            first = segs[0]
+            if first.base_offset >= offset:
+                return sum(self._segment_bytes(s) for s in segs)
+            pos = first.lookup_position(offset)
+            by_batch = self._config.size_by_batch_bytes
+            partial = sum(
+                header.size if by_batch else size
+                for _pos, size, header in first.iter_heads(pos, first.size)
+                if header.base_offset >= offset
+            )
+            return partial + sum(self._segment_bytes(s) for s in segs[1:])
+
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)

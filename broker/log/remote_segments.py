@@ -4,12 +4,18 @@ Markers are applied only once committed (below the high watermark), on the leade
 every follower alike, so the set never has to be rolled back when a divergent tail is
 truncated: until then a marker waits in `pending`. KIP-405's transition rules hold (a state
 may repeat, for retries; anything else is ignored with a warning), and a COPY_FINISHED that
-overlaps a readable segment is refused, so readable segments never overlap.
+overlaps a finished (COPY_FINISHED) segment is refused, so readable segments never overlap.
+
+It also holds the partition's log start offset as DeleteRecords moved it (Kafka's
+`UnifiedLog.logStartOffset`, which may lie inside the tiered range or above it): readers see
+no segment wholly below it and no offset under it, and the offload service deletes the
+segments wholly below it (Kafka's RemoteLogManager deletes on a log-start breach).
 
 Persisted as ``remote-segments.checkpoint`` (magic, version, CRC32C, msgpack), written
-atomically whenever a marker is applied and at every segment roll, with `applied_through`:
-every marker below it is in the file. Opening the partition replays the log from there, so a
-follower whose local segments holding old markers were deleted still knows every segment.
+atomically whenever a marker is applied, the log start offset moves, and at every segment
+roll, with `applied_through`: every marker below it is in the file. Opening the partition
+replays the log from there, so a follower whose local segments holding old markers were
+deleted still knows every segment.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class RemoteSegment(msgspec.Struct):
 class _Checkpoint(msgspec.Struct, array_like=True):
     applied_through: int
     segments: list[RemoteSegment]
+    log_start_offset: int = 0  # moved by DeleteRecords; absent in files written before it existed
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -91,13 +98,23 @@ def decode_segment(data: bytes) -> RemoteSegment:
 
 
 class RemoteSegments:
-    def __init__(self, path: Path | None = None, applied_through: int = 0, segments: Iterable[RemoteSegment] = ()):
+    def __init__(
+        self,
+        path: Path | None = None,
+        applied_through: int = 0,
+        segments: Iterable[RemoteSegment] = (),
+        log_start_offset: int = 0,
+    ):
         self._path = path
         self._known = path is not None and path.exists()
         self.applied_through = applied_through
+        # Nothing below it is served (DeleteRecords, or the leader's value a follower learnt);
+        # it never moves back.
+        self.log_start_offset = log_start_offset
         self._segments: dict[str, RemoteSegment] = {s.segment_id: s for s in segments}
         self._pending: list[tuple[int, int, RemoteSegmentEvent]] = []  # (offset, entry epoch, event)
-        self._readable: list[RemoteSegment] = []
+        self._finished: list[RemoteSegment] = []  # every COPY_FINISHED segment, in offset order
+        self._readable: list[RemoteSegment] = []  # those not wholly below the log start offset
         self._bases: list[int] = []
         self._reindex()
 
@@ -112,7 +129,7 @@ class RemoteSegments:
             ckpt = _DECODER.decode(unframe(raw, _MAGIC, _VERSION, "remote-segments checkpoint"))
         except FramedFileError as exc:
             raise RemoteSegmentsError(f"{path}: {exc}") from None
-        return cls(path, ckpt.applied_through, ckpt.segments)
+        return cls(path, ckpt.applied_through, ckpt.segments, ckpt.log_start_offset)
 
     @property
     def known(self) -> bool:
@@ -122,8 +139,14 @@ class RemoteSegments:
     # -- what readers see ----------------------------------------------------------------------
     @property
     def readable(self) -> list[RemoteSegment]:
-        """COPY_FINISHED segments in offset order: they serve reads."""
+        """COPY_FINISHED segments not wholly below the log start offset, in offset order: they
+        serve reads (the first may start below it: reads in it start at the log start offset)."""
         return list(self._readable)
+
+    def below_log_start(self) -> list[RemoteSegment]:
+        """COPY_FINISHED segments wholly below the log start offset: DeleteRecords dropped
+        them, nobody reads them, and the offload service deletes them."""
+        return [s for s in self._finished if s.end_offset < self.log_start_offset]
 
     @property
     def segments(self) -> list[RemoteSegment]:
@@ -131,6 +154,9 @@ class RemoteSegments:
         return sorted(self._segments.values(), key=lambda s: (s.base_offset, s.segment_id))
 
     def segment_for(self, offset: int) -> RemoteSegment | None:
+        """The readable segment holding `offset` (None below the log start offset)."""
+        if offset < self.log_start_offset:
+            return None
         i = bisect.bisect_right(self._bases, offset) - 1
         if i >= 0 and self._readable[i].base_offset <= offset <= self._readable[i].end_offset:
             return self._readable[i]
@@ -139,7 +165,7 @@ class RemoteSegments:
     @property
     def start_offset(self) -> int | None:
         """The first offset a reader finds in tiered storage, or None."""
-        return self._readable[0].base_offset if self._readable else None
+        return max(self._readable[0].base_offset, self.log_start_offset) if self._readable else None
 
     @property
     def tiered_end(self) -> int:
@@ -165,6 +191,19 @@ class RemoteSegments:
 
     def in_state(self, state: RemoteSegmentState) -> list[RemoteSegment]:
         return [s for s in self.segments if s.state == state]
+
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (never down); True when it moved. Durable
+        at once once the partition has a checkpoint; before its first marker nothing is tiered,
+        so the local log start (moved by the caller) says the same, and the first write
+        carries it."""
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self._reindex()
+        if self._known:
+            self.persist()
+        return True
 
     # -- markers -------------------------------------------------------------------------------
     def on_append(self, offset: int, entry_epoch: int, event: RemoteSegmentEvent) -> None:
@@ -249,21 +288,27 @@ class RemoteSegments:
         self._segments[event.segment_id] = current
 
     def _overlaps(self, event: RemoteSegmentEvent) -> bool:
+        """Against every finished segment, below the log start offset too: replicas may learn
+        that offset at different times, and must all decide alike."""
         return any(
             s.base_offset <= event.end_offset and event.base_offset <= s.end_offset and s.segment_id != event.segment_id
-            for s in self._readable
+            for s in self._finished
         )
 
     def _reindex(self) -> None:
-        self._readable = sorted(
+        self._finished = sorted(
             (s for s in self._segments.values() if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED),
             key=lambda s: s.base_offset,
         )
+        self._readable = [s for s in self._finished if s.end_offset >= self.log_start_offset]
         self._bases = [s.base_offset for s in self._readable]
 
     def snapshot(self) -> bytes:
         """The applied state, for a follower that starts over above the markers (install)."""
-        return _ENCODER.encode(_Checkpoint(self.applied_through, self.segments))
+        return _ENCODER.encode(self._checkpoint())
+
+    def _checkpoint(self) -> _Checkpoint:
+        return _Checkpoint(self.applied_through, self.segments, self.log_start_offset)
 
     def install(self, snapshot: bytes, log_start_offset: int) -> None:
         """Take the leader's applied state (a follower whose log restarts at
@@ -277,10 +322,11 @@ class RemoteSegments:
         self._segments = {s.segment_id: s for s in leader.segments}
         self._pending = [p for p in self._pending if p[0] >= log_start_offset]
         self._known, self.applied_through = True, log_start_offset
+        self.log_start_offset = max(self.log_start_offset, leader.log_start_offset)
         self._reindex()
         self.persist()
 
     def persist(self) -> None:
         if self._path is None:
             return
-        write_framed(self._path, _MAGIC, _VERSION, _ENCODER.encode(_Checkpoint(self.applied_through, self.segments)))
+        write_framed(self._path, _MAGIC, _VERSION, _ENCODER.encode(self._checkpoint()))

@@ -78,23 +78,26 @@ def plan_range(partition: Partition, ready: ReadyRange, plan_id: str) -> RangePl
         else:
             batches.append(PlannedBatch(head, inline=bytes(entry.data)))
         headers.append(entry.header)
+    # DeleteRecords may have left the local log starting inside a batch: the segment starts
+    # with that batch (a segment is whole batches), and reads of it start at the log start.
+    base_offset = min(headers[0].base_offset, ready.base_offset) if headers else ready.base_offset
     epochs = [(e.epoch, e.start_offset) for e in partition.epochs.entries() if e.start_offset < ready.next_offset]
     topic_id = str(partition.topic_id)
     return RangePlan(
         topic=partition.topic,
         topic_id=topic_id,
         partition=partition.index,
-        base_offset=ready.base_offset,
+        base_offset=base_offset,
         next_offset=ready.next_offset,
         leader_epoch=partition.leader_epoch,
-        segment_id=segment_id_for(topic_id, partition.index, ready.base_offset, partition.leader_epoch, plan_id),
+        segment_id=segment_id_for(topic_id, partition.index, base_offset, partition.leader_epoch, plan_id),
         index_interval_bytes=partition.settings.log.index_interval_bytes,
         epochs=epochs,
         producers=producer_state_at(partition, ready.next_offset),
         batches=batches,
         aborted_txns=[
             PlannedAbortedTxn(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
-            for t in partition.txn_index.markers_in(ready.base_offset, ready.next_offset)
+            for t in partition.txn_index.markers_in(base_offset, ready.next_offset)
         ],
     )
 

@@ -6,8 +6,9 @@ tiered segments (docs/architecture.md "Tiering").
 One cycle (every `tiering.interval.ms`, or on `shoal tiering run`):
 
 1. Clean up: a COPY_SEGMENT_STARTED segment that no job of this leader is working on (its job
-   died, or another leader planned it) and every segment past `retention.ms`/`retention.bytes`
-   (across tiers) get DELETE_SEGMENT_STARTED, their files deleted, DELETE_SEGMENT_FINISHED.
+   died, or another leader planned it), every segment wholly below the log start offset
+   (DeleteRecords) and every segment past `retention.ms`/`retention.bytes` (across tiers) get
+   DELETE_SEGMENT_STARTED, their files deleted, DELETE_SEGMENT_FINISHED.
 2. Plan (planner.py) and append one COPY_SEGMENT_STARTED marker per range; once replicated,
    write the plan object and run the job (runner.py).
 3. Commit: for each range whose result manifest exists and matches the plan, and whose
@@ -225,15 +226,17 @@ class OffloadService:
 
     # -- 1. clean up ---------------------------------------------------------------------------
     async def _clean_up(self, partition: Partition) -> int:
-        """Mark orphaned and expired segments DELETE_SEGMENT_STARTED; delete the files of those
-        whose mark has committed (readers no longer see them) and mark them finished."""
+        """Mark orphaned, dropped (wholly below the log start offset) and expired segments
+        DELETE_SEGMENT_STARTED; delete the files of those whose mark has committed (readers
+        no longer see them) and mark them finished."""
         remote = partition.remote_segments
         abandoned = [  # no job of ours works on it, and no marker of it waits to commit
             s
             for s in remote.in_state(RemoteSegmentState.COPY_SEGMENT_STARTED)
             if s.segment_id not in self._in_flight and not remote.has_pending(s.segment_id)
         ]
-        for segment, why in [(s, "abandoned") for s in abandoned] + [(s, "expired") for s in self._expired(partition)]:
+        doomed = [(s, "abandoned") for s in abandoned] + [(s, "below the log start") for s in remote.below_log_start()]
+        for segment, why in doomed + [(s, "expired") for s in self._expired(partition)]:
             if segment.segment_id in self._deleting:
                 continue  # marked in an earlier cycle, not committed yet
             try:
@@ -294,12 +297,17 @@ class OffloadService:
             log.warning("old tiering plans not swept: %s", exc)
 
     def _expired(self, partition: Partition) -> list[RemoteSegment]:
-        """Readable segments past retention.ms or beyond retention.bytes (counted across tiers),
-        oldest first; Kafka's retention for a topic with tiered storage."""
+        """Readable segments past retention.ms or beyond retention.bytes, oldest first; Kafka's
+        retention for a topic with tiered storage. The size counts each offset once, as
+        Kafka's RemoteLogManager does (the tiered segments, plus the local log above the
+        tiered end: what is both tiered and still local is counted in the tiered size only)."""
         cfg = partition.settings.log
         now = self._clock.now_ms()
-        readable = partition.remote_segments.readable
-        total = partition.remote_segments.size_bytes + partition.log.size_bytes
+        remote = partition.remote_segments
+        readable = remote.readable
+        total = 0  # only with a size limit: the local size may take a walk of entry heads
+        if cfg.retention_bytes >= 0:
+            total = remote.size_bytes + partition.log.size_bytes_from(remote.tiered_end)
         expired = []
         for segment in readable:
             by_time = cfg.retention_ms >= 0 and now - segment.max_timestamp_ms > cfg.retention_ms
@@ -445,8 +453,8 @@ class OffloadService:
         current = next((s for s in partition.remote_segments.segments if s.segment_id == planned.segment_id), None)
         if current is None or current.state != RemoteSegmentState.COPY_SEGMENT_STARTED:
             return "the segment is no longer COPY_SEGMENT_STARTED"
-        if partition.log.log_start_offset > planned.base_offset:
-            return "the range left the local log before the commit"
+        if partition.log_start_offset >= planned.next_offset:
+            return "the range went below the log start offset (DeleteRecords) before the commit"
         event = RemoteSegmentEvent(
             EVENT_VERSION,
             RemoteSegmentState.COPY_SEGMENT_FINISHED,

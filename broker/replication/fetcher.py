@@ -107,7 +107,14 @@ class ReplicaFetcher:
                 self._config.replica_fetch_wait_max_ms,
                 self._config.replica_fetch_max_bytes,
                 [
-                    FetchPartition(p.topic_id, p.index, p.log.log_end_offset, p.epochs.latest_epoch, p.leader_epoch)
+                    FetchPartition(
+                        p.topic_id,
+                        p.index,
+                        p.log.log_end_offset,
+                        p.epochs.latest_epoch,
+                        p.leader_epoch,
+                        p.log_start_offset,
+                    )
                     for p in sent
                 ],
             )
@@ -171,6 +178,8 @@ class ReplicaFetcher:
         start = min(result.log_start_offset, partition.log.high_watermark)
         if start > partition.log.log_start_offset:  # the leader deleted records (retention, DeleteRecords)
             partition.log.delete_records_before(start)
+        if result.partition_log_start_offset > partition.log_start_offset:  # DeleteRecords, maybe in the tiered range
+            partition.delete_records_before(min(result.partition_log_start_offset, partition.log.high_watermark))
         return True
 
     async def _pause(self, leader_id: int, seconds: float) -> None:

@@ -5,8 +5,10 @@ where the follower's log diverges (divergence.py), records the follower's progre
 (LeaderState), advances the high watermark, proposes ISR expansion, and returns entries
 from the follower's log end offset up to the leader's own (not just the high watermark:
 followers copy everything). With nothing to send it long-polls like a consumer fetch, but
-answers at once when the high watermark moved past what it last told that follower, so a
-follower serving AZ-local reads lags the leader by a round trip, not by a long poll.
+answers at once when the high watermark or the log start offset moved past what it last
+told that follower, so a follower serving AZ-local reads lags the leader by a round trip,
+not by a long poll, and a DeleteRecords waiting for the followers' log starts (handlers/
+delete_records.py) by two. It records the log start offset each follower reports.
 """
 
 from __future__ import annotations
@@ -35,6 +37,22 @@ if TYPE_CHECKING:
     from .isr import IsrUpdater
 
 
+NOTHING_TOLD = (-1, -1)
+
+
+def _news(result: FetchedPartition, told: dict[tuple[str, int], tuple[int, int]]) -> bool:
+    """Whether the answer tells the follower something it must learn now: an error, a
+    divergence, or a high watermark or log start offset (DeleteRecords waits for it) that
+    moved past what it was told last."""
+    hw, start = told.get((result.topic_id, result.partition), NOTHING_TOLD)
+    return (
+        bool(result.error_code)
+        or result.diverging_epoch >= 0
+        or result.high_watermark > hw
+        or result.partition_log_start_offset > start
+    )
+
+
 class ReplicaFetchService:
     def __init__(
         self,
@@ -50,9 +68,10 @@ class ReplicaFetchService:
         self._isr = isr
         self._clock = clock
         self.stopping = False
-        # follower -> (topic id, partition) -> the high watermark last sent; each follower's
-        # entry holds only the partitions of its latest request (all it follows here)
-        self._told_hw: dict[int, dict[tuple[str, int], int]] = {}
+        # follower -> (topic id, partition) -> the high watermark and log start offset last
+        # sent; each follower's entry holds only the partitions of its latest request (all it
+        # follows here)
+        self._told: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
 
     async def handle(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
         if request.version != REPLICATION_VERSION:
@@ -68,20 +87,12 @@ class ReplicaFetchService:
                 sent += sum(len(data) for _, data in result.entries)
                 results.append(result)
             remaining = deadline - loop.time()
-            told = self._told_hw.get(request.replica_id, {})
-            if (
-                sent
-                or remaining <= 0
-                or self.stopping
-                or any(
-                    r.error_code or r.diverging_epoch >= 0 or r.high_watermark > told.get((r.topic_id, r.partition), -1)
-                    for r in results
-                )
-            ):
-                self._told_hw[request.replica_id] = {
-                    (r.topic_id, r.partition): r.high_watermark
+            told = self._told.get(request.replica_id, {})
+            if sent or remaining <= 0 or self.stopping or any(_news(r, told) for r in results):
+                self._told[request.replica_id] = {
+                    (r.topic_id, r.partition): (r.high_watermark, r.partition_log_start_offset)
                     if not r.error_code
-                    else told.get((r.topic_id, r.partition), -1)
+                    else told.get((r.topic_id, r.partition), NOTHING_TOLD)
                     for r in results
                 }
                 return ReplicaFetchResponse(REPLICATION_VERSION, results)
@@ -112,6 +123,7 @@ class ReplicaFetchService:
                     log.log_start_offset,
                     diverging[0],
                     diverging[1],
+                    partition_log_start_offset=partition.log_start_offset,
                 )
             if wanted.fetch_offset > leo:
                 raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
@@ -119,6 +131,8 @@ class ReplicaFetchService:
             if partition.leader_state.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
                 partition.advance_high_watermark()
                 self._isr.maybe_expand(partition, replica_id)
+            if partition.leader_state.on_follower_log_start(replica_id, wanted.log_start_offset):
+                self._waiters.notify(partition.key)  # a DeleteRecords may wait for it
             entries = (
                 [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)]
                 if wanted.fetch_offset < leo and max_bytes > 0
@@ -131,6 +145,7 @@ class ReplicaFetchService:
                 log.high_watermark,
                 log.log_start_offset,
                 entries=entries,  # type: ignore[arg-type]  # msgspec sends a memoryview as bytes
+                partition_log_start_offset=partition.log_start_offset,
             )
         except ApiError as exc:
             log_ = partition.log if partition is not None else None

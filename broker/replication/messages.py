@@ -18,6 +18,9 @@ class FetchPartition(msgspec.Struct, array_like=True, frozen=True):
     fetch_offset: int  # the follower's log end offset
     last_fetched_epoch: int  # leader epoch of the follower's last entry; -1 if none
     current_leader_epoch: int  # the epoch the follower believes the leader has
+    # The follower's log start offset across tiers, which DeleteRecords waits for (-1: unknown,
+    # a follower of an older version).
+    log_start_offset: int = -1
 
 
 class ReplicaFetchRequest(msgspec.Struct, tag="replica_fetch", array_like=True, frozen=True):
@@ -41,6 +44,9 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
     # (remote_segments.py snapshot), so a follower starting over there knows them too.
     remote_segments: bytes = b""
     modes: bytes = b""  # likewise its mode markers (log/modes.py snapshot)
+    # The leader's log start offset across tiers (`log_start_offset` above is its local log's):
+    # where DeleteRecords moved it, so followers serve nothing below it either. -1: unknown.
+    partition_log_start_offset: int = -1
 
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):

@@ -1,9 +1,9 @@
 """Partition requests for diskless partitions this broker does not lead (a stateless broker,
-or a representative that hosts no replica or a follower): ListOffsets and
-OffsetForLeaderEpoch are sent on, per leader, to the partition's leader over the RPC, which
-answers them as if the client had asked it. They are rare and small (a consumer's start,
-a leader change), so their crossing an AZ costs little, and only the leader's answers are
-safe to act on. The leader answers them in dispatch.py (`answer_forwarded`)."""
+or a representative that hosts no replica or a follower): ListOffsets, OffsetForLeaderEpoch
+and DeleteRecords are sent on, per leader, to the partition's leader over the RPC, which
+answers them as if the client had asked it. They are rare and small (a consumer's start, a
+leader change, an administrator's delete), so their crossing an AZ costs little, and only
+the leader may answer them. The leader answers them in dispatch.py (`answer_forwarded`)."""
 
 from __future__ import annotations
 

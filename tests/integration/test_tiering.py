@@ -4,10 +4,11 @@ segments; consumers of three clients read every record from the earliest offset 
 tiered segments, WAL coordinates and the active log; the tiered ranges' WAL objects are
 reclaimed; a broker killed mid-job loses nothing and the range commits once after restart.
 Tiered segments carry their aborted-transaction index: read_committed consumers of a tiered
-range skip aborted transactions."""
+range skip aborted transactions. DeleteRecords moves the log start across tiers."""
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -446,3 +447,81 @@ def test_retention_applies_across_tiers_and_deletes_expired_tiered_segments(brok
     [row] = tiering_status(broker.bootstrap)
     manifests = [k for k in s3_keys(moto_server, prefix) if k.endswith(".manifest")]
     assert len(manifests) == row["tiered_segments"], "the files of deleted segments are gone"
+
+
+def test_delete_records_moves_the_log_start_across_tiers_for_a_real_client(broker_factory, moto_server) -> None:
+    """Issue 26 (F3): DeleteRecords past the tiered end of a classic tiered topic, with
+    confluent-kafka. The watermarks (ListOffsets) start at the offset asked, a consumer with
+    auto.offset.reset=earliest gets exactly the kept records once and none of the deleted ones,
+    and the tiered segments below the offset are deleted from the store. Before, the low
+    watermark stayed at the tiered start and the consumer looped over the tiered range for ever
+    (OFFSET_OUT_OF_RANGE at the tiered end, then a reset to the earliest offset)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    prefix = f"tiering-{uuid.uuid4().hex[:6]}"
+    broker = tiered_broker(broker_factory, moto_server, "delete-records", prefix)
+    create(broker.bootstrap, "deleting", 1, {**TOPIC, "diskless.enable": "false", "segment.bytes": "8192"})
+    sent = make_records(400, partitions=1, base_ts=int(time.time() * 1000) - 600_000, tag="del")
+    produce_in_batches(broker.bootstrap, "deleting", sent)
+    wait_until(
+        lambda: (rows := tiering_status(broker.bootstrap)) and rows[0]["tiered_segments"] >= 2,
+        60,
+        interval_s=0.5,
+        what="classic segments tiered",
+    )
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    keep_local = ConfigEntry("local.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    [altered] = admin.incremental_alter_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, "deleting", incremental_configs=[keep_local])]
+    ).values()
+    altered.result(10)  # nothing more is tiered: what follows stays local only
+    kept: list[int] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(5):
+        producer.produce("deleting", value=b"kept-%d" % i, on_delivery=lambda err, msg: kept.append(msg.offset()))
+        producer.flush(10)
+    target = kept[0]
+    [row] = tiering_status(broker.bootstrap)
+    assert row["tiered_end"] <= target
+
+    [answer] = admin.delete_records([TopicPartition("deleting", 0, target)]).values()
+    assert answer.result(10).low_watermark == target
+    tp = TopicPartition("deleting", 0)
+    probe = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe"})
+    low, high = probe.get_watermark_offsets(tp, timeout=10, cached=False)
+    probe.close()
+    assert (low, high) == (target, kept[-1] + 1)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"readers-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    seen: collections.Counter[int] = collections.Counter()
+    try:
+        consumer.subscribe(["deleting"])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum(seen.values()) < 20:  # a loop shows within 20 deliveries
+            for message in consumer.consume(num_messages=100, timeout=0.5):
+                if message.error() is None:
+                    seen[message.offset()] += 1
+            if seen.keys() >= set(kept):  # all kept: a little longer for what should not come
+                deadline = min(deadline, time.monotonic() + 2)
+    finally:
+        consumer.close()
+    assert sorted(seen) == kept and set(seen.values()) == {1}, f"delivered {dict(seen)}, expected {kept} once each"
+
+    wait_until(
+        lambda: (
+            tiering_status(broker.bootstrap)[0]["tiered_segments"] == 0
+            and not [k for k in s3_keys(moto_server, prefix) if "/tiered/" in k]
+        ),
+        30,
+        interval_s=0.5,
+        what="the tiered segments below the log start and their files deleted",
+    )

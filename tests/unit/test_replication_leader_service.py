@@ -116,10 +116,10 @@ def test_what_the_leader_remembers_per_follower_is_what_it_follows_now(tmp_path:
         rig = Rig(tmp_path)
         rig.append()
         await rig.fetch(0)
-        assert rig.service._told_hw == {1: {(str(TOPIC_ID), 0): 0}}
+        assert rig.service._told == {1: {(str(TOPIC_ID), 0): (0, 0)}}  # high watermark, log start
         request = ReplicaFetchRequest(REPLICATION_VERSION, 1, 0, 1 << 20, [])  # follows nothing here any more
         await rig.service.handle(request)
-        assert rig.service._told_hw == {1: {}}
+        assert rig.service._told == {1: {}}
 
     run(scenario())
 

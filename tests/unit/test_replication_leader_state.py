@@ -319,3 +319,18 @@ def test_hw_and_shrink_invariants(initial_followers: set[int], leo0: int, ops: l
             else {r for r in {2, 3, 4} - state.isr if model.leo(r) >= max(hw, leo0)}
         )
         assert state.expand_candidates(leader_leo) == expected_expand
+
+
+# ---- the low watermark (DeleteRecords) -----------------------------------------------------
+
+
+def test_low_watermark_is_the_smallest_log_start_over_the_leader_and_live_followers() -> None:
+    state = leader()
+    everyone = lambda replica: True  # noqa: E731
+    assert state.low_watermark(10, everyone) == UNKNOWN_OFFSET, "a follower that never reported holds it back"
+    assert state.on_follower_log_start(2, 10) and state.on_follower_log_start(3, 7)
+    assert not state.on_follower_log_start(3, 7), "no change"
+    assert not state.on_follower_log_start(9, 10), "not a follower"
+    assert state.low_watermark(10, everyone) == 7
+    assert state.low_watermark(10, lambda replica: replica != 3) == 10, "a dead broker holds nothing back"
+    assert state.low_watermark(5, everyone) == 5

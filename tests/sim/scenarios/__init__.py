@@ -9,3 +9,4 @@ from . import wal_gc_replicas  # noqa: F401
 from . import tiering  # noqa: F401
 from . import mode_switch  # noqa: F401
 from . import transactions  # noqa: F401
+from . import tiered_delete_records  # noqa: F401
