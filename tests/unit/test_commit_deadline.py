@@ -28,7 +28,7 @@ def commit_request(rig: Rig, object_id: str, coordinates: dict[int, tuple[int, i
         append = rig.append(index, batch(0, producer_id=50 + index))
         [(raw, head)] = append.batches
         offset, length = (coordinates or {}).get(index, (8, len(raw)))
-        parts.append(CommitPartition(TOPIC_ID, index, -1, [CommitBatch(head, offset, length)]))
+        parts.append(CommitPartition(TOPIC_ID, index, -1, [CommitBatch(head, offset, length)], -1))
     return CommitRequest(COMMIT_VERSION, object_id, parts)
 
 
