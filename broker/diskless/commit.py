@@ -57,8 +57,9 @@ class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     batches: list[CommitBatch]
     # The partition's last mode marker as the representative's cluster view recorded it when
     # it accepted the batches (-1: none): Partition.append_coordinates refuses them if the
-    # partition switched to classic after it.
-    mode_offset: int
+    # partition switched to classic after it. The default only lets a version-2 request
+    # decode, to be answered UNSUPPORTED_VERSION rather than have its connection dropped.
+    mode_offset: int = -1
 
 
 class CommitRequest(msgspec.Struct, array_like=True, frozen=True, tag="commit"):
