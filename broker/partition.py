@@ -545,14 +545,32 @@ class Partition:
         return self._append(EntryKind.RECORDS, [(v.header, v.data) for v in validated], verify_txn=verify_txn)
 
     def append_coordinates(
-        self, batches_: list[tuple[bytes, WalRef]], acks: int, verify_txn: bool = False
+        self, batches_: list[tuple[bytes, WalRef]], acks: int, mode_offset: int, verify_txn: bool = False
     ) -> AppendOutcome:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the
-        batch lives). Same producer-state checks and offset assignment as append_records."""
+        batch lives). Same producer-state checks and offset assignment as append_records.
+        `mode_offset`: the last mode marker the representative knew of when it accepted them."""
         items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
         self._check_acks_for([header for header, _data in items], acks)
         self._check_mode(diskless=True)
+        self._check_accepted_since(mode_offset)
         return self._append(EntryKind.COORDINATES, items, verify_txn=verify_txn)
+
+    def _check_accepted_since(self, mode_offset: int) -> None:
+        """Refuse WAL batches accepted before the last switch to classic (diskless, classic,
+        diskless again while their object was uploading): the classic range may already hold
+        later batches of their producers, even ones sent after them on the same connection,
+        and a Kafka leader handles a connection's requests in order. Refused, not appended,
+        they are sent again after that range. The representative knew the markers up to
+        `mode_offset` (recorded in the partition state only once committed, so every marker
+        appended after it accepted the batches lies above it)."""
+        switched = self.modes.last_switch_to_classic()
+        if switched > mode_offset:
+            raise ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"{self.topic}-{self.index} switched to classic at offset {switched} after these batches were "
+                f"accepted (their representative knew its mode up to offset {mode_offset}): refresh metadata and retry",
+            )
 
     def grant_txn_permit(self, producer_id: int, producer_epoch: int) -> None:
         """The transaction coordinator's word that this partition is in the producer's

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COMMIT_VERSION = 2  # 2: answered once applied; acks=all waits are separate (ReplicationWaitRequest)
+# 2: answered once applied; acks=all waits are separate (ReplicationWaitRequest). 3: each
+# partition says which mode marker its representative knew of (CommitPartition.mode_offset).
+COMMIT_VERSION = 3
 
 
 class CommitBatch(msgspec.Struct, array_like=True, frozen=True):
@@ -53,6 +55,11 @@ class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     partition: int
     acks: int
     batches: list[CommitBatch]
+    # The partition's last mode marker as the representative's cluster view recorded it when
+    # it accepted the batches (-1: none): Partition.append_coordinates refuses them if the
+    # partition switched to classic after it. The default only lets a version-2 request
+    # decode, to be answered UNSUPPORTED_VERSION rather than have its connection dropped.
+    mode_offset: int = -1
 
 
 class CommitRequest(msgspec.Struct, array_like=True, frozen=True, tag="commit"):
@@ -265,6 +272,7 @@ class LocalCommitter:
             outcome = partition.append_coordinates(
                 [(b.header, make_ref(object_id, b.offset, b.length)) for b in part.batches],
                 part.acks,
+                part.mode_offset,
                 verify_txn=self._verify_txn,
             )
         except ApiError as exc:

@@ -97,6 +97,7 @@ class PartitionAppend:
     partition: int
     acks: int
     batches: list[tuple[memoryview, bytes]]  # (the batch as the producer sent it, the header to commit)
+    mode_offset: int  # the partition's last mode marker known here on admission (CommitPartition)
 
     @property
     def size(self) -> int:
@@ -229,7 +230,9 @@ class WalWriter:
                 commit_batches.append(CommitBatch(head, where.offset, where.length))
             obj.slots.append(
                 _Slot(
-                    CommitPartition(append.topic_id, append.partition, append.acks, commit_batches), future, append.size
+                    CommitPartition(append.topic_id, append.partition, append.acks, commit_batches, append.mode_offset),
+                    future,
+                    append.size,
                 )
             )
             if obj.builder.size >= self._buffer_max_bytes:

@@ -27,6 +27,7 @@ from .common import resolve_topic
 from .registry import api
 
 if TYPE_CHECKING:
+    from ..cluster.view import PartitionState
     from ..diskless.commit import CommitResult
     from ..topics import Topic
 
@@ -60,14 +61,13 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                 check_produce_request(records, header.api_version)
                 if topic.mode.appends_to_wal:
                     try:
-                        _check_representative(broker, topic, data.index, client_az)
+                        state = _check_representative(broker, topic, data.index, client_az)
                     except ApiError as exc:
                         broker.wal.refused(topic.topic_id, data.index, records, exc.code)
                         raise
                     prepared = prepare_diskless(records, topic.settings, broker.clock.now_ms())
-                    diskless.append(
-                        (results, len(results), PartitionAppend(topic.topic_id, data.index, acks, prepared))
-                    )
+                    append = PartitionAppend(topic.topic_id, data.index, acks, prepared, state.record.mode_offset)
+                    diskless.append((results, len(results), append))
                     results.append(None)
                     continue
                 partition = broker.replica_manager.get(topic.name, data.index)
@@ -131,10 +131,11 @@ async def _wait_committed(
         )
 
 
-def _check_representative(broker: HandlerContext, topic: Topic, index: int, client_az: str | None) -> None:
+def _check_representative(broker: HandlerContext, topic: Topic, index: int, client_az: str | None) -> PartitionState:
     """Only the partition's representative for the client's AZ takes its produce: any other
     broker answers NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata and moves
-    (after a broker joins or leaves its AZ)."""
+    (after a broker joins or leaves its AZ). Returns the partition's state as the view has it
+    (its recorded mode marker goes with the batches: CommitPartition.mode_offset)."""
     state = broker.view.partitions.get(TopicIdPartition.of(topic.topic_id, index))
     if state is None:
         code = ErrorCode.LEADER_NOT_AVAILABLE if 0 <= index < topic.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -145,6 +146,7 @@ def _check_representative(broker: HandlerContext, topic: Topic, index: int, clie
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
             f"broker {chosen} takes produce for {topic.name}-{index} in AZ {client_az}",
         )
+    return state
 
 
 async def _wait_replicated(

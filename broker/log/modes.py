@@ -98,6 +98,10 @@ class ModeHistory:
         """The offset of the last marker (-1 without one)."""
         return self._changes[-1].offset if self._changes else -1
 
+    def last_switch_to_classic(self) -> int:
+        """The offset of the last marker that switched to classic (-1 without one)."""
+        return next((change.offset for change in reversed(self._changes) if not change.diskless), -1)
+
     def ever_diskless(self, base: bool) -> bool:
         """Whether any part of the log may have been appended in diskless mode (and so may
         hold COORDINATES entries that reference WAL objects)."""

@@ -65,7 +65,7 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
         for seq in range(4):  # one object each (sealed by size)
             batch = memoryview(make_batch(7, seq, 1))
             append = PartitionAppend(
-                uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms())
+                uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms()), -1
             )
             futures += writer.submit([append])
         await asyncio.gather(*futures)

@@ -370,7 +370,7 @@ def test_rpc_carries_the_brokers_real_peer_messages() -> None:
         network.serve(0, "leader", 9093, leader, PeerRequest, PeerResponse)
         pool = network.pool(1, PeerRequest, PeerResponse)
         request = CommitRequest(
-            COMMIT_VERSION, "1800000000000-0000000001-0000000000", [CommitPartition(uuid.UUID(int=42), 0, -1, [])]
+            COMMIT_VERSION, "1800000000000-0000000001-0000000000", [CommitPartition(uuid.UUID(int=42), 0, -1, [], -1)]
         )
         response = await pool.get(0, "leader", 9093).call(request, 1.0)
         assert response.results[0].base_offset == 5 and seen == [request] and seen[0] is not request

@@ -272,7 +272,8 @@ async def produce(
             ],
         )
         answer = conn.send(request, PRODUCE_V)
-        in_flight.setdefault(node_id, []).append(loop.create_task(_produced(answer, batches, retries)))
+        _trace_sent(cluster, connection, node_id, batches)
+        in_flight.setdefault(node_id, []).append(loop.create_task(_produced(cluster, answer, batches, retries)))
         await asyncio.sleep(rng.between(pause_s))
     connections.close_all()
     for tasks in in_flight.values():
@@ -332,11 +333,12 @@ async def produce_idempotent(
         sent.attempts.append(Attempt(f"{name}#{connections.opened}", len(sent.attempts) + 1))
         request = one_batch_produce(key, make_batch(sent.batch, cluster.sim.clock.now_ms(), producer_id, sent.sequence))
         in_flight.add(key)
+        _trace_sent(cluster, sent.attempts[-1].connection, node_id, [sent])
 
         async def answered(key: Key, sent: Sent, answer: asyncio.Future[Any]) -> None:
             nonlocal stale
             try:
-                refresh = await _produced(answer, [sent], [])
+                refresh = await _produced(cluster, answer, [sent], [])
                 stale = stale or refresh
                 if sent.attempts[-1].outcome == "acked":
                     del current[key]
@@ -373,11 +375,19 @@ async def init_producer_id(cluster: SimCluster, connections: Connections, rng: S
     return response.producer_id if response.error_code == 0 else -1
 
 
-async def _produced(answer: asyncio.Future[Any], batches: list[Sent], retries: list[Sent]) -> bool:
-    """Note each batch's outcome; True when the metadata needs a refresh."""
+def _trace_sent(cluster: SimCluster, connection: str, node_id: int, batches: list[Sent]) -> None:
+    """Producers' requests in the trace, so a replay shows which batch went where, when."""
+    sends = ", ".join(f"{s.batch} to {s.key[0]}-{s.key[1]} (attempt {len(s.attempts)})" for s in batches)
+    cluster.sim.trace.record("client", "%s -> n%d: %s", connection, node_id, sends)
+
+
+async def _produced(cluster: SimCluster, answer: asyncio.Future[Any], batches: list[Sent], retries: list[Sent]) -> bool:
+    """Note each batch's outcome (and trace it); True when the metadata needs a refresh."""
+    trace = cluster.sim.trace
     try:
         response = await asyncio.wait_for(answer, 35.0)
-    except (ConnectionLost, TimeoutError):
+    except (ConnectionLost, TimeoutError) as exc:
+        trace.record("client", "%s: no answer (%s)", ", ".join(s.batch for s in batches), type(exc).__name__)
         for sent in batches:  # unknown outcome: the batch may or may not be in the log
             sent.attempts[-1].outcome = "ambiguous"
             if len(sent.attempts) < MAX_ATTEMPTS:
@@ -387,9 +397,13 @@ async def _produced(answer: asyncio.Future[Any], batches: list[Sent], retries: l
     for sent in batches:
         result = results[sent.key]
         if result.error_code == 0:
+            trace.record("client", "%s acknowledged at offset %d", sent.batch, result.base_offset)
             sent.attempts[-1].outcome = "acked"
             sent.acked_offset = result.base_offset
             continue
+        trace.record(
+            "client", "%s refused: %s (%s)", sent.batch, ErrorCode(result.error_code).name, result.error_message
+        )
         sent.attempts[-1].outcome = "ambiguous" if result.error_code in AMBIGUOUS_ERRORS else "definite"
         sent.attempts[-1].error = result.error_code
         if len(sent.attempts) < MAX_ATTEMPTS:

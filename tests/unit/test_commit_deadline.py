@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
@@ -28,7 +29,7 @@ def commit_request(rig: Rig, object_id: str, coordinates: dict[int, tuple[int, i
         append = rig.append(index, batch(0, producer_id=50 + index))
         [(raw, head)] = append.batches
         offset, length = (coordinates or {}).get(index, (8, len(raw)))
-        parts.append(CommitPartition(TOPIC_ID, index, -1, [CommitBatch(head, offset, length)]))
+        parts.append(CommitPartition(TOPIC_ID, index, -1, [CommitBatch(head, offset, length)], -1))
     return CommitRequest(COMMIT_VERSION, object_id, parts)
 
 
@@ -70,5 +71,26 @@ def test_commit_with_impossible_coordinates_fails_only_that_partition(tmp_path: 
         assert [r.error_code for r in response.results] == [0, ErrorCode.CORRUPT_MESSAGE]
         assert "bad range" in response.results[1].error_message
         assert [rig.partitions[i].log.log_end_offset for i in (0, 1)] == [2, 0]
+
+    asyncio.run(scenario())
+
+
+def test_a_version_2_commit_is_answered_unsupported_version(tmp_path: Path) -> None:
+    """A representative not yet upgraded (rolling upgrade) sends version 2, without
+    `mode_offset`: it decodes, and is refused as a version the leader does not know, rather
+    than its connection being dropped as undecodable."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2)
+        current = commit_request(rig, object_aged(0))
+        old = [
+            current.version - 1,
+            current.object_id,
+            [list(msgspec.structs.astuple(p))[:4] for p in current.partitions],
+        ]
+        request = msgspec.msgpack.decode(msgspec.msgpack.encode(["commit", *old]), type=CommitRequest)
+        response = rig.committer.apply(request)
+        assert [r.error_code for r in response.results] == [ErrorCode.UNSUPPORTED_VERSION] * 2
+        assert [rig.partitions[i].log.log_end_offset for i in (0, 1)] == [0, 0]
 
     asyncio.run(scenario())

@@ -67,6 +67,10 @@ def test_commit_request_survives_msgpack() -> None:
     request = CommitRequest(
         COMMIT_VERSION,
         format_wal_id(1, 2, 3),
-        [CommitPartition(uuid.uuid4(), 7, -1, [CommitBatch(bytes(61), 8, 100), CommitBatch(b"\x01" * 61, 108, 50)])],
+        [
+            CommitPartition(
+                uuid.uuid4(), 7, -1, [CommitBatch(bytes(61), 8, 100), CommitBatch(b"\x01" * 61, 108, 50)], 12
+            )
+        ],
     )
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=CommitRequest) == request

@@ -5,9 +5,12 @@ truncation, reopening, and what the WAL file manager is told.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
 from broker.clock import ManualClock
 from broker.config import load_config
@@ -29,6 +32,8 @@ from broker.partition import Partition
 from broker.protocol.batch import parse_header
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.topic_config import effective
+from tests.inprocess import InProcessBroker
+from tests.integration.clients import build_batch
 from tests.unit.test_partition import CLOCK_START, batch
 from tests.unit.test_partition_tiering import event, fetched_by, log_entries
 from walfiles.keys import format_wal_id
@@ -51,11 +56,14 @@ def lead(partition: Partition, replicas: tuple[int, ...] = (0,), epoch: int = 0)
     return partition
 
 
-def commit(partition: Partition, seq: int, producer_id: int = 7) -> int:
-    """A diskless append as the leader's commit path makes it; returns the base offset."""
+def commit(partition: Partition, seq: int, producer_id: int = 7, mode_offset: int | None = None) -> int:
+    """A diskless append as the leader's commit path makes it, of a batch its representative
+    accepted knowing the partition's mode up to `mode_offset` (default: its last marker);
+    returns the base offset."""
+    mode_offset = partition.modes.boundary() if mode_offset is None else mode_offset
     [(view, head)] = prepare_diskless(batch(seq, producer_id=producer_id), partition.settings, CLOCK_START)
     return partition.append_coordinates(
-        [(head, make_ref(format_wal_id(CLOCK_START, 1, seq), 8, len(view)))], 1
+        [(head, make_ref(format_wal_id(CLOCK_START, 1, seq), 8, len(view)))], 1, mode_offset
     ).base_offset
 
 
@@ -173,6 +181,39 @@ def test_diskless_to_classic_and_back_keeps_every_range_and_reports_wal_referenc
     assert [(c.offset, c.diskless) for c in partition.modes.changes] == [(2, False), (5, True)]
 
 
+def test_a_commit_of_batches_accepted_before_the_last_switch_to_classic_is_refused(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Diskless, classic, diskless again while a WAL object was uploading: its batches were
+    accepted before the classic range, so they may not land after it. What the representative
+    knew when it accepted them (the recorded marker) tells them apart from later ones."""
+    partition = lead(open_partition(tmp_path / "p", clock, diskless=True))
+    partition.created_diskless = True
+    commit(partition, 0, mode_offset=-1)
+    assert partition.switch_mode(False) == 2
+    partition.append_records(batch(2), acks=1)
+    assert partition.switch_mode(True) == 5
+    with pytest.raises(ApiError) as refused:  # accepted before the switch to classic at 2
+        commit(partition, 4, mode_offset=-1)
+    assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert "switched to classic at offset 2" in refused.value.message
+    assert partition.log.log_end_offset == 6
+    assert commit(partition, 4, mode_offset=2) == 6  # accepted knowing of the classic range: after it
+    assert commit(partition, 6, mode_offset=5) == 8
+
+
+def test_a_switch_to_diskless_takes_commits_before_its_marker_is_recorded(tmp_path: Path, clock: ManualClock) -> None:
+    """A representative learns of a marker only once it is committed and recorded: batches it
+    accepted meanwhile (knowing of no marker, or of the last one) are committed, as before."""
+    partition = lead(open_partition(tmp_path / "p", clock, diskless=False))
+    partition.append_records(batch(0), acks=1)
+    partition.switch_mode(True)
+    assert commit(partition, 2, mode_offset=-1) == 3
+    partition.switch_mode(False)
+    partition.switch_mode(True)
+    assert commit(partition, 4, mode_offset=5) == 7  # knew of the switch to classic at 5
+
+
 def test_a_never_switched_classic_partition_is_not_asked_about_wal_objects(tmp_path: Path, clock: ManualClock) -> None:
     partition = lead(open_partition(tmp_path / "p", clock, diskless=False))
     partition.append_records(batch(0), acks=1)
@@ -233,3 +274,71 @@ def test_a_new_leader_without_the_marker_switches_again_and_one_with_it_does_not
     assert partition.switch_mode(True) == 2
     lead(partition, epoch=2)
     assert partition.switch_mode(True) == 2  # it holds the marker: nothing to do
+
+
+# -- a whole broker: one connection's batches across a switch and back (sim seed 77047) -------------
+
+
+async def _until(done: Callable[[], bool], what: str) -> None:
+    for _ in range(1000):
+        if done():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not reached within 10 s: {what}")
+
+
+def _client_records(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, value) of the records a consumer gets from a fetched record set (markers skipped)."""
+    records, found = MemoryRecords(bytes(data)), []
+    while (batch := records.next_batch()) is not None:
+        if not batch.is_control_batch:
+            found.extend((record.offset, record.value) for record in batch)
+    return found
+
+
+async def _set_mode(harness: InProcessBroker, topic: str, diskless: bool) -> None:
+    """`diskless.enable` set as AlterConfigs sets it; returns once the leader switched its log."""
+    broker = harness.broker
+    current = broker.catalog.get(topic)
+    assert current is not None
+    await broker.catalog.set_configs(topic, {**current.configs, "diskless.enable": str(diskless).lower()})
+    partition = broker.replica_manager.partitions[(topic, 0)]
+    await _until(lambda: partition.diskless == diskless, f"{topic}-0 switched")
+
+
+def test_a_wal_batch_admitted_before_a_switch_to_classic_never_lands_after_that_classic_range(
+    tmp_path: Path,
+) -> None:
+    """One producer connection to the broker that is both representative and leader (sim
+    `mode_switch` seed 77047): batch A is admitted diskless and its WAL object's upload
+    stalls; the topic goes classic and B, sent after A on the same connection, is appended;
+    the topic goes diskless again, and only then A's upload completes. A Kafka broker handles
+    a connection's requests in order, so A is in the log before B or not at all: its commit
+    is refused (retriable) rather than appended after B."""
+
+    async def scenario() -> None:
+        async with InProcessBroker(tmp_path) as harness:
+            client = harness.client()
+            assert await client.create_topic("t", 1, {"diskless.enable": "true"}) == ErrorCode.NONE
+            released = asyncio.Event()
+            upload = harness.objects.put_if_absent
+
+            async def stalled_upload(key: str, data: bytes) -> bool:
+                await released.wait()
+                return await upload(key, data)
+
+            harness.objects.put_if_absent = stalled_upload  # type: ignore[method-assign]
+            first = asyncio.ensure_future(client.produce("t", 0, build_batch([(b"k", b"A")])))
+            await _until(lambda: harness.broker.wal.inflight_bytes > 0, "A admitted to the WAL writer")
+            try:
+                await _set_mode(harness, "t", diskless=False)  # marker at 0
+                assert await client.produce("t", 0, build_batch([(b"k", b"B")])) == (ErrorCode.NONE, 1)
+                await _set_mode(harness, "t", diskless=True)  # marker at 2
+            finally:
+                released.set()
+            code, _offset = await asyncio.wait_for(first, 10)
+            part = await client.fetch("t", 0, 0)
+            assert _client_records(part.records) == [(1, b"B")]
+            assert code == ErrorCode.NOT_LEADER_OR_FOLLOWER  # not appended: the producer sends it again
+
+    asyncio.run(scenario())

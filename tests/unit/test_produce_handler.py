@@ -71,7 +71,9 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
             node_id=0,
             router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
             catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
-            view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
+            view=SimpleNamespace(
+                partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))}
+            ),
             replica_manager=SimpleNamespace(get=lambda name, index: classic),
         )
         header = SimpleNamespace(api_version=9, peer="p", client_id="c")
@@ -128,7 +130,9 @@ def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None
             node_id=0,
             router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
             catalog=SimpleNamespace(get=lambda name: topic, by_id=lambda topic_id: topic),
-            view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
+            view=SimpleNamespace(
+                partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))}
+            ),
         )
         header = SimpleNamespace(api_version=9, peer="p", client_id="c")
         now = rig.clock.now_ms()

@@ -16,6 +16,7 @@ from kafka.protocol.producer import InitProducerIdRequest
 
 from broker.config import load_config
 from broker.handlers import init_producer_id, produce
+from broker.metadata.records import PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
@@ -43,7 +44,9 @@ def seam(tmp_path: Path):  # type: ignore[no-untyped-def]
         node_id=0,
         router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
         catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
-        view=SimpleNamespace(partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=SimpleNamespace(leader=0))}),
+        view=SimpleNamespace(
+            partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))}
+        ),
         replica_manager=SimpleNamespace(get=lambda name, index: classic),
     )
     return rig, classic, broker

@@ -68,7 +68,7 @@ def arrivals(
             futures += writer.submit(
                 [
                     PartitionAppend(
-                        uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms())
+                        uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms()), -1
                     )
                 ]
             )

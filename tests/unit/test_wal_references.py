@@ -39,7 +39,7 @@ def partition(tmp_path: Path):
 
 def commit(partition: Partition, oid: str) -> None:
     [(view, head)] = prepare_diskless(memoryview(build_batch([(None, b"x")], timestamp_ms=T0)), partition.settings, T0)
-    partition.append_coordinates([(head, make_ref(oid, 8, len(view)))], acks=1)
+    partition.append_coordinates([(head, make_ref(oid, 8, len(view)))], acks=1, mode_offset=-1)
 
 
 def test_the_oldest_reference_follows_appends_retention_and_delete_records(partition: Partition) -> None:

@@ -87,7 +87,7 @@ class Rig:
 
     def append(self, index: int, *batches: memoryview, acks: int = -1) -> PartitionAppend:
         records = memoryview(b"".join(batches))
-        return PartitionAppend(TOPIC_ID, index, acks, prepare_diskless(records, self.settings, self.clock.now_ms()))
+        return PartitionAppend(TOPIC_ID, index, acks, prepare_diskless(records, self.settings, self.clock.now_ms()), -1)
 
     async def read_back(self, index: int) -> list[bytes]:
         log = self.partitions[index].log
@@ -275,7 +275,7 @@ def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
         append = rig.append(0, batch(0))
         from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
 
-        part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches])
+        part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches], -1)
         response = rig.committer.apply(CommitRequest(COMMIT_VERSION, stale_key.object_id, [part]))
         assert response.results[0].error_code == ErrorCode.REQUEST_TIMED_OUT
         assert rig.partitions[0].log.log_end_offset == 0

@@ -266,7 +266,7 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
                 index_of_submit = next(submits)
                 appends = [
                     PartitionAppend(
-                        TOPIC_ID, b.partition, -1, prepare_diskless(memoryview(b.data), settings, clock.now_ms())
+                        TOPIC_ID, b.partition, -1, prepare_diskless(memoryview(b.data), settings, clock.now_ms()), -1
                     )
                     for b in pending
                 ]

@@ -257,7 +257,7 @@ async def wal_gc_replicas(sim: Sim) -> dict[str, int]:
                 batch = make_batch(-1, -1, 1)  # not idempotent: any partition, any order
                 appends.append(
                     PartitionAppend(
-                        TOPIC_ID, index, 1, prepare_diskless(memoryview(batch), topic_settings(), clock.now_ms())
+                        TOPIC_ID, index, 1, prepare_diskless(memoryview(batch), topic_settings(), clock.now_ms()), -1
                     )
                 )
             await asyncio.gather(*writer.submit(appends))
