@@ -241,7 +241,7 @@ class Broker:
             node_id=self.node_id,
             store=env.objects,
             wal_prefix=self._wal_prefix,
-            references=ClusterReferences(self.node_id, self.view, self.rpc_pool, self.reference_reporter),
+            references=ClusterReferences(self.node_id, self.view, self.catalog, self.rpc_pool, self.reference_reporter),
             holds_controller=self._holds_controller,
             is_controller=lambda: self.controller.active,
             settings=ManagerSettings.from_config(config),

@@ -411,6 +411,12 @@ class BrokerMetrics:
             "1 while the WAL file manager is paused (a broker missing, the metadata store unreachable).",
             registry=r,
         )
+        self.walfiles_waiting_for_brokers = Gauge(
+            "shoal_walfiles_waiting_for_brokers",
+            "Data brokers that paused the WAL file manager's last round of questions: not registered, "
+            "silent, still opening their partition logs, or without a replica the cluster view gives them.",
+            registry=r,
+        )
         self.walfiles_last_success_age = Gauge(
             "shoal_walfiles_last_success_age_seconds",
             "Seconds since the WAL file manager last completed a cycle; -1 before the first.",

@@ -51,6 +51,14 @@ class ReplicaManager:
         catalog.subscribe(self._on_topic_change)
         view.on_partition_changed(self._on_partition_state)
         self._started = False
+        self._loaded = False
+
+    @property
+    def loaded(self) -> bool:
+        """Every replica the view gave this broker at start is open, and it is not stopping:
+        until then its logs on disk may reference what the open partitions do not show, and
+        the WAL file manager's reporter answers NotReady (walgc/reporter.py)."""
+        return self._loaded
 
     def on_role_changed(self, listener: Callable[[Partition], None]) -> None:
         """Told after a hosted partition became leader or follower (or changed epoch)."""
@@ -62,6 +70,7 @@ class ReplicaManager:
         self._started = True
         for pid, state in list(self._view.partitions.items()):
             self._on_partition_state(pid, state)
+        self._loaded = True
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self._config.log_flush_scheduler_interval_ms, self._flush_and_roll)),
@@ -72,6 +81,7 @@ class ReplicaManager:
         ]
 
     async def stop(self) -> None:
+        self._loaded = False
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

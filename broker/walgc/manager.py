@@ -5,8 +5,9 @@ A cycle, every `wal.file.manager.interval.ms`:
 1. Fence: this broker must still hold the controller key in the metadata store (a read, so
    an unreachable store pauses the cycle too).
 2. Ask every data broker for its replicas' oldest references (cluster.py); one broker that
-   is registered-but-silent, or a replica's broker that is not registered, pauses the cycle:
-   its logs may reference anything.
+   is registered-but-silent, not ready (still opening its partition logs), or that has not
+   opened every replica the view gives it, or a replica's broker that is not registered,
+   pauses the cycle: its logs may reference anything.
 3. List the WAL prefix in key (= creation) order; judge each object; read the index of those
    the uploaders did not describe (bounded per cycle, cached).
 4. Objects unreferenced for `wal.file.manager.grace.ms` are deleted in batches of at most
@@ -26,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,7 +55,12 @@ HOUR_MS = 3_600_000
 
 
 class GcPaused(Exception):
-    """The cycle cannot tell what is referenced; the message says why, for the operator."""
+    """The cycle cannot tell what is referenced; the message says why, for the operator, and
+    `brokers` which data brokers it waits for (not registered, silent, or not ready)."""
+
+    def __init__(self, reason: str, brokers: Iterable[int] = ()) -> None:
+        super().__init__(reason)
+        self.brokers = tuple(brokers)
 
 
 class ReferenceSource(Protocol):
@@ -240,7 +246,12 @@ class WalFileManager:
         if not self._is_controller():
             raise GcPaused(f"broker {self._node_id} is not the controller: ask the controller")
         await self._fence()
-        answers = await self._references.gather()
+        try:
+            answers = await self._references.gather()
+        except GcPaused as exc:
+            self._metrics.walfiles_waiting_for_brokers.set(len(exc.brokers))
+            raise
+        self._metrics.walfiles_waiting_for_brokers.set(0)
         sample = combine(answers)
         for answer in answers:
             for uploaded in answer.uploaded:

@@ -12,6 +12,10 @@ an object's index, and a partition whose commit was refused never pins it.
 the uploader's report, or only from the index when the uploader died or its report was lost)
 and created after such a partition's oldest reference: which of them each hosted replica
 references, committed (below its high watermark: for good) or not yet.
+
+A broker that has not opened every replica it hosts yet (starting, or stopping) answers
+neither question (an error, `reporter.NotReady`): its logs on disk may reference anything,
+and an answer from the partitions it has open would say "nothing". The manager pauses.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ class WalReferencesResponse(msgspec.Struct, tag="wal_references_response", array
     commit_deadline_ms: int
     replicas: list[ReplicaReference]
     uploaded: list[UploadedObject] = []
+    # Every partition the broker has open, diskless or not (topic id -> indexes): the manager
+    # pauses unless it covers every replica its view gives the broker (cluster.py). None: a
+    # broker older than this field, which may answer before it has opened its logs.
+    opened: dict[str, list[int]] | None = None
 
 
 class ObjectsQuery(msgspec.Struct, array_like=True, frozen=True):

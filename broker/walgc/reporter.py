@@ -4,6 +4,11 @@ to classic whose log still holds its diskless range) and the oldest WAL object e
 (wal_references.py), and hands over what its WAL writer uploaded since it was last asked;
 answers `WalQueryRequest` with the asked objects each hosted replica references.
 
+Neither before the replica manager has opened every replica the broker hosts: a restarted
+broker serves the inter-broker RPC while it waits for its old registration to expire and
+before its logs are open, and "no replicas" then would let the manager delete every object
+only its logs on disk reference. It answers `NotReady` instead, and the manager pauses.
+
 Answering costs the entries appended since the previous question (the references are kept
 per segment) and never touches the produce or commit path.
 """
@@ -62,6 +67,10 @@ class RecentUploads:
         return len(self._objects)
 
 
+class NotReady(Exception):
+    """This broker has not opened every replica it hosts (starting, or stopping)."""
+
+
 class ReferenceReporter:
     def __init__(
         self,
@@ -77,15 +86,24 @@ class ReferenceReporter:
         self._commit_deadline_ms = commit_deadline_ms
         self._uploads = uploads
 
+    def _check(self, version: int) -> None:
+        if version != WALGC_VERSION:
+            raise ValueError(f"WAL references version {version} is not supported")
+        if not self._replicas.loaded:
+            raise NotReady(f"broker {self._node_id} has not opened its partition logs (starting or stopping)")
+
     def answer(self, request: WalReferencesRequest) -> WalReferencesResponse:
-        if request.version != WALGC_VERSION:
-            raise ValueError(f"WAL references version {request.version} is not supported")
+        self._check(request.version)
         # The clock is read before the logs: a commit accepted after this moment is of an
         # object created after now - deadline, whatever the scan below sees.
         now_ms = self._clock.now_ms()
         replicas = []
+        opened: dict[str, list[int]] = {}
         for partition in list(self._replicas.partitions.values()):
-            if not partition.may_reference_wal or not partition.topic_id:
+            if not partition.topic_id:
+                continue
+            opened.setdefault(partition.topic_id, []).append(partition.index)
+            if not partition.may_reference_wal:
                 continue
             oldest = partition.wal_references.oldest_created_ms()
             leader = partition.leader_state is not None
@@ -99,12 +117,11 @@ class ReferenceReporter:
                 )
             )
         return WalReferencesResponse(
-            WALGC_VERSION, self._node_id, now_ms, self._commit_deadline_ms, replicas, self._uploads.drain()
+            WALGC_VERSION, self._node_id, now_ms, self._commit_deadline_ms, replicas, self._uploads.drain(), opened
         )
 
     def answer_query(self, request: WalQueryRequest) -> WalQueryResponse:
-        if request.version != WALGC_VERSION:
-            raise ValueError(f"WAL references version {request.version} is not supported")
+        self._check(request.version)
         hosted = {(p.topic_id, p.index): p for p in list(self._replicas.partitions.values()) if p.topic_id}
         referenced = []
         for query in request.partitions:

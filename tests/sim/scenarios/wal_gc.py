@@ -2,11 +2,15 @@
 
 Each seed draws a world: one AZ or three; the manager's timing (interval, grace, commit
 deadline); a topic with seconds of retention and short segments, a topic that keeps
-everything (read back at the end, byte for byte, from the objects), and a topic deleted
-half-way; producers mixing them in shared WAL objects (so objects hold batches of different
-retentions); DeleteRecords now and then; and a schedule of crashes of any broker (the
-manager's included: the controller moves), network partitions, metadata outages and an
-object store that fails, loses answers and refuses single keys of a batch delete.
+everything (read back at the end, byte for byte, from the objects), a topic deleted
+half-way, and a topic of one replica per partition (objects only one broker's log
+references); producers mixing them in shared WAL objects (so objects hold batches of
+different retentions); DeleteRecords now and then; and a schedule of crashes of any broker
+(the manager's included: the controller moves), network partitions, metadata outages and an
+object store that fails, loses answers and refuses single keys of a batch delete. Half the
+crashed brokers come back at once, while their old registration's lease is alive, and some
+are killed again while they start: a restarting broker serves the RPC before its logs are
+open and must not tell the manager it references nothing meanwhile (issue 26 F6).
 
 The auditor watches every delete that reaches the store (the ground-truth memory store,
 behind the faults): an object any replica's log references from its log start, on a live
@@ -40,6 +44,7 @@ TRAFFIC_S = 20.0
 KEPT = "kept"  # no retention: audited record by record at the end
 SHORT = "short"  # seconds of retention, DeleteRecords
 DOOMED = "doomed"  # deleted half-way
+SINGLE = "single"  # one replica per partition, no retention: each broker's own references
 
 
 @dataclass
@@ -118,6 +123,8 @@ async def create_topics(cluster: SimCluster, rng: SimRandom) -> None:
     ):
         topic = first.catalog.prepare(name, 2, configs)
         await first.catalog.create(topic, first.assign_replicas(range(2), BROKERS))
+    single = first.catalog.prepare(SINGLE, BROKERS, {"diskless.enable": "true"})
+    await first.catalog.create(single, first.assign_replicas(range(BROKERS), 1))
     keys = [(name, p) for name in (KEPT, SHORT, DOOMED) for p in range(2)]
     while not all(cluster.leader_broker(*key) for key in keys):
         await asyncio.sleep(0.1)
@@ -152,6 +159,21 @@ async def delete_topic(cluster: SimCluster, name: str) -> None:
         await asyncio.sleep(0.5)
 
 
+async def restart(cluster: SimCluster, auditor: ReferenceAuditor, node_id: int, rng: SimRandom) -> None:
+    """kill -9 and a new process on the same disk: half the time at once, within the old
+    registration's lease (broker.session.timeout.ms), which the new process waits out while
+    it serves the RPC with its logs not open yet; now and then killed again while starting."""
+    auditor.crash(node_id)
+    quick = rng.chance(0.5)
+    await asyncio.sleep(rng.between((0.2, 2.0) if quick else (0.5, 10.0)))
+    cluster.start(node_id)
+    if quick and rng.chance(0.3):
+        await asyncio.sleep(rng.between((0.1, 3.0)))
+        auditor.crash(node_id)
+        await asyncio.sleep(rng.between((0.1, 1.0)))
+        cluster.start(node_id)
+
+
 async def fault_schedule(cluster: SimCluster, auditor: ReferenceAuditor, rng: SimRandom, until_s: float) -> None:
     loop = asyncio.get_running_loop()
     doomed_at = loop.time() + until_s / 2
@@ -165,13 +187,9 @@ async def fault_schedule(cluster: SimCluster, auditor: ReferenceAuditor, rng: Si
         if roll < 0.2:
             controller = next((b.node_id for b in cluster.live() if b.broker.controller.active), None)
             if controller is not None and not cluster.down:  # the manager's broker
-                auditor.crash(controller)
-                await asyncio.sleep(rng.between((0.5, 10.0)))
-                cluster.start(controller)
+                await restart(cluster, auditor, controller, rng)
         elif roll < 0.4 and not cluster.down:
-            auditor.crash(victim)
-            await asyncio.sleep(rng.between((0.5, 10.0)))
-            cluster.start(victim)
+            await restart(cluster, auditor, victim, rng)
         elif roll < 0.55:
             cluster.network.partition(victim, [n for n in range(BROKERS) if n != victim])
             await asyncio.sleep(rng.between((0.5, 8.0)))
@@ -224,7 +242,7 @@ async def wal_gc(sim: Sim) -> dict[str, int]:
         loop = asyncio.get_running_loop()
         until_s = loop.time() + TRAFFIC_S
         kept = [(KEPT, 0), (KEPT, 1)]
-        churn = [(SHORT, 0), (SHORT, 1), (DOOMED, 0), (DOOMED, 1)]
+        churn = [(SHORT, 0), (SHORT, 1), (DOOMED, 0), (DOOMED, 1), *((SINGLE, p) for p in range(BROKERS))]
         clients = rng.fork("clients")
         tasks = [
             loop.create_task(produce(built, ledger, clients.fork("k"), "k", azs[0], kept, until_s)),

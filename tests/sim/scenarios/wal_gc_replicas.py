@@ -190,7 +190,7 @@ async def wal_gc_replicas(sim: Sim) -> dict[str, int]:
     reporters = [
         ReferenceReporter(
             b,
-            SimpleNamespace(partitions={(TOPIC, r.index): r.copies[b] for r in world}),  # type: ignore[arg-type]
+            SimpleNamespace(partitions={(TOPIC, r.index): r.copies[b] for r in world}, loaded=True),  # type: ignore[arg-type]
             clock,
             DEADLINE_MS,
             uploads if b == 0 else RecentUploads(),
