@@ -30,3 +30,9 @@ class RpcRemoteError(RpcError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class RpcRefused(Exception):
+    """Raised by a handler that declines a request for a known, passing reason (the broker is
+    still opening its logs, say): the caller gets an RpcRemoteError as for any failure, and
+    the server logs one line, not a traceback, since nothing is broken."""

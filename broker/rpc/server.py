@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from ..sockets import set_up_connection
+from .errors import RpcRefused
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameKind, RpcErrorBody, encode_frame
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,10 @@ class _ServerConnection(asyncio.Protocol, Generic[Req, Resp]):
                 raise TypeError(f"handler returned a {type(response).__name__}, not a response type")
             frame = encode_frame(server.encoder, FrameKind.RESPONSE, correlation_id, response, server.max_frame_bytes)
         except Exception as exc:
-            log.warning("rpc: request %d from %s failed", correlation_id, self.peer, exc_info=True)
+            if isinstance(exc, RpcRefused):
+                log.info("rpc: request %d from %s refused: %s", correlation_id, self.peer, exc)
+            else:
+                log.warning("rpc: request %d from %s failed", correlation_id, self.peer, exc_info=True)
             body = RpcErrorBody(f"{type(exc).__name__}: {exc}"[:MAX_ERROR_MESSAGE_CHARS])
             frame = encode_frame(server.encoder, FrameKind.ERROR, correlation_id, body, server.max_frame_bytes)
         await self._can_write.wait()

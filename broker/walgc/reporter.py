@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING
 
+from ..rpc.errors import RpcRefused
 from ..wal_references import created_ms_of
 from .messages import (
     NO_REFERENCE,
@@ -67,7 +68,7 @@ class RecentUploads:
         return len(self._objects)
 
 
-class NotReady(Exception):
+class NotReady(RpcRefused):
     """This broker has not opened every replica it hosts (starting, or stopping)."""
 
 

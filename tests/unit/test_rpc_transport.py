@@ -24,6 +24,7 @@ from broker.rpc import (
     RpcTimeout,
     RpcUnavailable,
 )
+from broker.rpc.errors import RpcRefused
 from broker.rpc.framing import HEADER, FrameDecoder, FrameKind, encode_frame
 
 pytestmark = pytest.mark.timeout(30)
@@ -152,6 +153,31 @@ def test_handler_exception_is_a_remote_error_and_the_connection_survives() -> No
         assert len(peers.peers) == 1
 
     run(main())
+
+
+def test_a_refusal_is_a_remote_error_logged_as_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A handler that declines for a passing reason (RpcRefused: a broker still opening its
+    logs) fails the call like any error, but the server logs one INFO line, no traceback: the
+    WAL file manager asks a starting broker every cycle, and that is not a fault."""
+
+    class Starting(RpcRefused):
+        pass
+
+    async def handler(request: Request) -> Response:
+        if isinstance(request, Fail):
+            raise Starting(request.message)
+        return await echo(request)
+
+    async def main() -> None:
+        async with serving(handler) as server, client_of(server.port) as client:
+            with pytest.raises(RpcRemoteError, match="Starting: logs not open yet"):
+                await client.call(Fail("logs not open yet"), timeout_s=5)
+
+    with caplog.at_level(logging.INFO, logger="broker.rpc.server"):
+        run(main())
+    [record] = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert record.levelno == logging.INFO and record.exc_info is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_server_stop_fails_pending_calls_and_client_reconnects_after_restart() -> None:
