@@ -508,6 +508,21 @@ class ProducerStateManager:
             if snap_offset < offset:
                 path.unlink(missing_ok=True)
 
+    def start_over(self, directory: Path, offset: int, snapshot: snap.Snapshot | None) -> None:
+        """The log was emptied to continue at ``offset`` (a follower behind its leader's log
+        start, Kafka's `truncateFullyAndStartAt`): the state becomes ``snapshot``, the
+        leader's at that offset (kept as this replica's snapshot there), or nothing when the
+        leader had none. Without it a transaction open at ``offset`` would be unknown here:
+        its marker would end nothing, and no aborted-transaction entry would be written."""
+        if snapshot is not None and snapshot.offset != offset:
+            raise ValueError(f"the producer snapshot is at offset {snapshot.offset}, not at {offset}")
+        for _offset, path in snap.list_snapshots(directory):
+            path.unlink(missing_ok=True)
+        if snapshot is not None:
+            snap.write_snapshot(directory, snapshot)
+        self.load_latest_snapshot(directory, offset)
+        self._map_end_offset = offset
+
     def truncate_and_reload(self, directory: Path, log_start_offset: int, log_end_offset: int) -> int:
         """Bring the state back in step with a log now spanning [log_start_offset, log_end_offset).
 

@@ -12,10 +12,12 @@ follower serving AZ-local reads lags the leader by a round trip, not by a long p
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from ..log import OffsetOutOfRangeError
+from ..producers.snapshot import snapshot_bytes_at
 from ..protocol.errors import ApiError
 from ..reads.fencing import check_leader_epoch
 from .divergence import check_fetch_position
@@ -29,10 +31,13 @@ from .messages import (
 
 if TYPE_CHECKING:
     from ..clock import Clock
+    from ..partition import Partition
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
     from ..waiters import FetchWaiters
     from .isr import IsrUpdater
+
+logger = logging.getLogger(__name__)
 
 
 class ReplicaFetchService:
@@ -144,4 +149,22 @@ class ReplicaFetchService:
                 log_.log_start_offset if log_ else -1,
                 remote_segments=tiered.snapshot() if tiered is not None and tiered.known else b"",
                 modes=partition.modes.snapshot() if partition is not None and below_start else b"",
+                producer_snapshot=_producer_state(partition) if partition is not None and below_start else b"",
             )
+
+
+def _producer_state(partition: "Partition") -> bytes:
+    """The producer snapshot at the log start, for a follower that starts over there (as
+    Kafka's follower gets it from the tiered segment's producer snapshot): without it, it would
+    not know the transactions open there. Taken when that segment was rolled."""
+    start = partition.log.log_start_offset
+    found = snapshot_bytes_at(partition.directory, start)
+    if not found:
+        logger.warning(
+            "%s-%d: no producer snapshot at the log start %d: a follower starting over there will not know "
+            "the transactions open at that offset",
+            partition.topic,
+            partition.index,
+            start,
+        )
+    return found

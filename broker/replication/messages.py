@@ -41,6 +41,9 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
     # (remote_segments.py snapshot), so a follower starting over there knows them too.
     remote_segments: bytes = b""
     modes: bytes = b""  # likewise its mode markers (log/modes.py snapshot)
+    # ... and its producer state at its log start (producers/snapshot.py file bytes; empty:
+    # none): transactions open there, epochs and sequences, which the entries above it assume
+    producer_snapshot: bytes = b""
 
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):
