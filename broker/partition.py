@@ -25,7 +25,7 @@ from .log.txn_markers import TxnMarker, decode_txn_marker, encode_txn_marker, is
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
 from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
-from .producers.snapshot import decode_snapshot_at
+from .producers.snapshot import decode_snapshot_at, encode_snapshot
 from .producers.state import MAX_PERMITS
 from .producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
 from .protocol import batch as batches
@@ -578,6 +578,12 @@ class Partition:
         self.epochs.truncate_from_end(0)
         self.producers.start_over(self.directory, offset, state)
         self.producers.on_high_watermark(self.log.high_watermark)
+
+    def producer_state_at_log_start(self) -> bytes:
+        """Leader: the producer state a follower starting over at the log start needs
+        (`restart_at`), as snapshot bytes (producers/state.py `state_at`)."""
+        ended = ((t.producer_id, t.first_offset, t.last_offset) for t in self.txn_index.all_entries())
+        return encode_snapshot(self.producers.state_at(self.log.log_start_offset, ended))
 
     def install_leader_modes(self, snapshot: bytes, start_offset: int) -> None:
         """After `restart_at`: the leader's mode markers below its log start are ours too."""

@@ -205,16 +205,3 @@ def decode_snapshot_at(data: bytes, offset: int, *, source: str = "snapshot") ->
     if snapshot.offset != offset:
         raise CorruptSnapshotError(f"{source}: contains offset {snapshot.offset}, expected {offset}")
     return snapshot
-
-
-def snapshot_bytes_at(directory: Path, offset: int) -> bytes:
-    """The bytes of the snapshot for exactly ``offset``, verified: what a leader sends a
-    follower that starts over at its log start (replication/leader_service.py). Empty when
-    there is none, or it cannot be read (the follower then rebuilds from that offset on)."""
-    path = directory / format_snapshot_name(offset)
-    try:
-        data = path.read_bytes()
-        decode_snapshot_at(data, offset, source=str(path))
-    except (OSError, SnapshotError):
-        return b""
-    return data

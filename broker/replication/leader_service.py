@@ -12,12 +12,10 @@ follower serving AZ-local reads lags the leader by a round trip, not by a long p
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from ..log import OffsetOutOfRangeError
-from ..producers.snapshot import snapshot_bytes_at
 from ..protocol.errors import ApiError
 from ..reads.fencing import check_leader_epoch
 from .divergence import check_fetch_position
@@ -31,13 +29,10 @@ from .messages import (
 
 if TYPE_CHECKING:
     from ..clock import Clock
-    from ..partition import Partition
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
     from ..waiters import FetchWaiters
     from .isr import IsrUpdater
-
-logger = logging.getLogger(__name__)
 
 
 class ReplicaFetchService:
@@ -140,31 +135,15 @@ class ReplicaFetchService:
         except ApiError as exc:
             log_ = partition.log if partition is not None else None
             below_start = log_ is not None and wanted.fetch_offset < log_.log_start_offset
-            tiered = partition.remote_segments if partition is not None and below_start else None
+            # a follower below the log start starts over there: it gets what it cannot replay
+            over = partition if partition is not None and below_start else None
             return FetchedPartition(
                 wanted.topic_id,
                 wanted.partition,
                 int(exc.code),
                 log_.high_watermark if log_ else -1,
                 log_.log_start_offset if log_ else -1,
-                remote_segments=tiered.snapshot() if tiered is not None and tiered.known else b"",
-                modes=partition.modes.snapshot() if partition is not None and below_start else b"",
-                producer_snapshot=_producer_state(partition) if partition is not None and below_start else b"",
+                remote_segments=over.remote_segments.snapshot() if over and over.remote_segments.known else b"",
+                modes=over.modes.snapshot() if over else b"",
+                producer_snapshot=over.producer_state_at_log_start() if over else b"",
             )
-
-
-def _producer_state(partition: "Partition") -> bytes:
-    """The producer snapshot at the log start, for a follower that starts over there (as
-    Kafka's follower gets it from the tiered segment's producer snapshot): without it, it would
-    not know the transactions open there. Taken when that segment was rolled."""
-    start = partition.log.log_start_offset
-    found = snapshot_bytes_at(partition.directory, start)
-    if not found:
-        logger.warning(
-            "%s-%d: no producer snapshot at the log start %d: a follower starting over there will not know "
-            "the transactions open at that offset",
-            partition.topic,
-            partition.index,
-            start,
-        )
-    return found

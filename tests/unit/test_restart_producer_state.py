@@ -19,12 +19,15 @@ handler (and the tiered reader below the local log).
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
@@ -38,11 +41,13 @@ from broker.objectstore import MemoryObjectStore
 from broker.offload.planner import ready_ranges
 from broker.offload.reader import TieredReader
 from broker.partition import Partition
-from broker.producers import SnapshotError
+from broker.producers import EndTxn, ProducerStateManager, SnapshotError
 from broker.producers import snapshot as snapshots
+from broker.protocol.batch import CONTROL_FLAG, NO_SEQUENCE, TRANSACTIONAL_FLAG, BatchHeader
 from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.leader_service import ReplicaFetchService
 from broker.waiters import FetchWaiters
+from tests.unit.producer_state_support import T0, hdr
 from tests.unit.test_partition_tiering import CLOCK_START, SMALL_TIERED, open_partition
 from tests.unit.test_tiered_transactions import CLUSTER, tier
 from tests.unit.test_transactions import fetch_request, handler_broker, txn_batch
@@ -223,22 +228,115 @@ def test_the_planner_tiers_nothing_at_or_above_the_last_stable_offset(tmp_path: 
     assert ready[-1].next_offset == leader.log.segment_base_offsets[-1], "all sealed segments, once decided"
 
 
-def test_a_leader_without_a_snapshot_at_its_log_start_sends_none(tmp_path: Path) -> None:
-    """The follower then rebuilds from the log start on (what it did before, and what Kafka
-    does without tiered storage); the leader says so in its log."""
+def test_a_log_start_inside_a_segment_needs_no_snapshot_file(tmp_path: Path) -> None:
+    """The state is derived from the leader's own (and its aborted-transaction index), so a
+    log start with no snapshot file (DeleteRecords inside a segment; a follower's copy of its
+    leader's log start, once it leads) serves as well."""
     clock = ManualClock(CLOCK_START)
-    leader = partition(tmp_path / "leader", clock, **{"segment.bytes": "100", "retention.ms": "1000"})
+    leader = partition(tmp_path / "leader", clock)  # one segment
     leader.make_leader(0, LEADER_STATE, 1)
     open_transaction_then_plain_batches(leader)
-    clock.advance(10_000)
-    leader.log.enforce_retention(clock.now_ms())
-    start = leader.log.log_start_offset
-    (leader.directory / snapshots.format_snapshot_name(start)).unlink()
+    leader.append_txn_marker(ABORTED, 0, 0, commit=False)  # offset 10
+    leader.log.delete_records_before(4)
+    assert not [o for o, _path in snapshots.list_snapshots(leader.directory) if o == 4]
 
-    follower = partition(tmp_path / "follower", clock, **{"segment.bytes": "100", "retention.ms": "1000"})
+    follower = partition(tmp_path / "follower", clock)
     asyncio.run(Replication(leader, clock).catch_up(follower))
-    assert follower.log.log_start_offset == start
-    assert dict(follower.producers.ongoing_transactions()) == {}
+    assert follower.log.log_start_offset == 4
+    assert follower.txn_index.all_entries() == leader.txn_index.all_entries() == [AbortedTxn(ABORTED, 0, 10, 11)]
+    for producer_id in (ABORTED, PLAIN):
+        ours, theirs = leader.producers.entry(producer_id), follower.producers.entry(producer_id)
+        assert theirs is not None and ours is not None
+        assert (theirs.producer_epoch, list(theirs.batches), theirs.coordinator_epoch) == (
+            ours.producer_epoch,
+            list(ours.batches),
+            ours.coordinator_epoch,
+        )
+
+
+# what one step of a producer does: a transactional batch, a plain idempotent one, a marker
+# (commit?, coordinator epoch), or an epoch bump
+Step = tuple[int, str, bool, int]
+steps = st.lists(
+    st.tuples(
+        st.integers(1, 3), st.sampled_from(["txn", "txn", "plain", "end", "bump"]), st.booleans(), st.integers(0, 2)
+    ),
+    max_size=40,
+)
+
+
+def leader_log(plan: list[Step]) -> tuple[ProducerStateManager, list[tuple[BatchHeader, int, EndTxn | None]]]:
+    """Apply `plan` as a leader does (check, then on_append); the entries it appended."""
+    mgr = ProducerStateManager(ManualClock(T0))
+    entries: list[tuple[BatchHeader, int, EndTxn | None]] = []
+    sequence = dict.fromkeys(range(1, 4), 0)
+    epoch = dict.fromkeys(range(1, 4), 0)
+    offset = 0
+    for pid, action, commit, coordinator_epoch in plan:
+        if action == "bump":
+            epoch[pid], sequence[pid] = epoch[pid] + 1, 0
+            continue
+        end = EndTxn(commit, coordinator_epoch) if action == "end" else None
+        if end is not None:
+            header = hdr(pid=pid, epoch=epoch[pid], seq=NO_SEQUENCE, attributes=CONTROL_FLAG | TRANSACTIONAL_FLAG)
+            verdict = mgr.check_marker(pid, epoch[pid], coordinator_epoch)
+        else:
+            attributes = TRANSACTIONAL_FLAG if action == "txn" else 0
+            header = hdr(pid=pid, epoch=epoch[pid], seq=sequence[pid], count=2, attributes=attributes)
+            verdict = mgr.check(header)
+        if verdict is not None:
+            continue
+        mgr.on_append(header, offset, end_txn=end)
+        entries.append((header, offset, end))
+        offset += header.last_offset_delta + 1
+        if end is None:
+            sequence[pid] += 2
+    return mgr, entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps, st.floats(0, 1), st.floats(0, 1))
+def test_starting_over_anywhere_with_the_leaders_state_ends_in_the_leaders_state(
+    plan: list[Step], cut: float, replicated: float
+) -> None:
+    """For any log, any entry boundary as the leader's log start and any high watermark
+    above it: a replica that begins with `state_at` that offset and replays the entries from
+    there ends with the leader's producer state, open transactions and LSO, and completes
+    every aborted transaction whose marker it replays as the leader did (the
+    aborted-transaction index)."""
+    leader, entries = leader_log(plan)
+    starts = [offset for _h, offset, _e in entries] + [leader.map_end_offset]
+    start = starts[int(cut * (len(starts) - 1))]
+    high_watermark = start + int(replicated * (leader.map_end_offset - start))
+    leader.on_high_watermark(high_watermark)
+    completed = ProducerStateManager(ManualClock(T0))
+    aborted = []
+    for header, offset, end in entries:  # the leader's aborted-transaction index, from a replay of its log
+        done = completed.replay(header, offset, end)
+        if done is not None and done.aborted:
+            aborted.append(done)
+    with tempfile.TemporaryDirectory() as tmp:
+        follower = ProducerStateManager(ManualClock(T0))
+        state = leader.state_at(start, ((t.producer_id, t.first_offset, t.last_offset) for t in aborted))
+        follower.start_over(Path(tmp), start, snapshots.decode_snapshot_at(snapshots.encode_snapshot(state), start))
+        replayed = []
+        for header, offset, end in entries:
+            if offset >= start:
+                done = follower.replay(header, offset, end)
+                if done is not None and done.aborted:
+                    replayed.append((done.producer_id, done.first_offset, done.last_offset))
+        follower.on_high_watermark(high_watermark)
+    assert replayed == [(t.producer_id, t.first_offset, t.last_offset) for t in aborted if t.last_offset >= start]
+    assert dict(follower.ongoing_transactions()) == dict(leader.ongoing_transactions())
+    assert follower.last_stable_offset(high_watermark) == leader.last_stable_offset(high_watermark)
+    for pid, ours in leader.active_producers().items():
+        theirs = follower.entry(pid)
+        assert theirs is not None
+        assert (theirs.producer_epoch, list(theirs.batches), theirs.coordinator_epoch) == (
+            ours.producer_epoch,
+            list(ours.batches),
+            ours.coordinator_epoch,
+        )
 
 
 def test_a_snapshot_the_follower_cannot_use_is_refused_before_anything_changes(tmp_path: Path) -> None:
