@@ -517,7 +517,13 @@ class CommittedRead:
 
 
 async def read_committed(
-    cluster: SimCluster, rng: SimRandom, az: str, key: Key, end_offset: int, deadline_s: float
+    cluster: SimCluster,
+    rng: SimRandom,
+    az: str,
+    key: Key,
+    end_offset: int,
+    deadline_s: float,
+    node_id: int | None = None,
 ) -> CommittedRead:
     """Read one partition from offset 0 to `end_offset` (the leader's high watermark) with
     isolation_level READ_COMMITTED, through the Fetch path, and filter as Kafka's consumer
@@ -526,7 +532,8 @@ async def read_committed(
     show). The broker answering may be a replica whose high watermark lags the leader's a
     little: the reader goes on until its position and an answer's last stable offset reach
     `end_offset`; AssertionError if that does not happen by `deadline_s` (a hanging
-    transaction)."""
+    transaction). `node_id`: ask that broker (a replica of a diskless partition serves from
+    its own log) rather than the one the client's metadata names."""
     clients = Clients(cluster, rng, f"reader,shoal_az={az}", az)
     loop = asyncio.get_running_loop()
     found: list[tuple[int, str]] = []
@@ -542,7 +549,8 @@ async def read_committed(
                     continue
             request = fetch_request(key, position, az, isolation_level=1, max_wait_ms=100)
             try:
-                response = await clients.connections.get(clients.metadata.leaders[key]).request(request, FETCH_V)
+                target = clients.metadata.leaders[key] if node_id is None else node_id
+                response = await clients.connections.get(target).request(request, FETCH_V)
             except ConnectionLost as exc:
                 cluster.sim.trace.record("reader", "%s-%d at %d: %s", *key, position, exc)
                 stale = True
