@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .audit import settle
@@ -110,46 +111,76 @@ async def start_over_inside_a_transaction(
     key: Key,
     hold_s: float,
 ) -> tuple[list[str], Counter[str]]:
-    """A follower of `key` is killed; a transaction opens on `key` and stays open while a few
-    plain batches go on and segments roll and tiering runs, until the leader's local log
-    starts above the transaction's first offset (tiering up to the high watermark allows
-    that; up to the last stable offset it never happens) or for `hold_s` (longer than a
-    segment roll, local retention and two tiering cycles); then the follower comes back,
-    below the leader's local log start if that moved past it. Once it holds the leader's log,
-    while the transaction is still open, every replica must have the leader's last stable
-    offset: the transaction's first offset. Then the transaction ends (commit or abort)."""
+    """A transaction on `key` open while a follower is away, twice (random transactions
+    commit and abort in the traffic before; this one is aborted, which needs an index entry):
+
+    1. The follower is killed; the transaction opens and stays open while a few plain
+       batches go on, segments roll and tiering runs, until the leader's local log starts
+       above the transaction's first offset (tiering up to the high watermark allows that; up
+       to the last stable offset it never happens) or for `hold_s` (longer than a segment
+       roll, local retention and two tiering cycles). The follower comes back, below the
+       leader's local log start if that moved past it; once it holds the leader's log, every
+       replica must have the leader's last stable offset: the transaction's first offset.
+    2. The follower is killed again; after a segment roll the transaction writes once more
+       and is aborted, and tiering may now pass its first offset: once the
+       leader's local log starts above where the follower stopped, tiering stops and the
+       follower comes back, starting over between the transaction's first offset and its
+       marker. Every replica must then know the transaction's abort as the leader does.
+    """
     counts: Counter[str] = Counter()
     loop = asyncio.get_running_loop()
     leader = cluster.leader_broker(*key)
     assert leader is not None
     partition = leader.replica_manager.partitions[key]
+    az = cluster.brokers[leader.config.node_id].az
     victim = rng.choice([n for n in partition.replicas if n != leader.config.node_id])
-    left_at = cluster.brokers[victim].broker.replica_manager.partitions[key].log.log_end_offset
-    cluster.crash(victim)
     number = producer.numbers
     producer.numbers += 1
     txn = Txn(f"{producer.name}/{number}", number, producer.tid, producer.producer_id, producer.epoch, producer.group)
     producer.ledger.txns.append(txn)
     problems: list[str] = []
+    rounds = 0
+
+    async def plain_batches_until(done: Callable[[], bool], seconds: float) -> None:
+        nonlocal rounds
+        deadline = loop.time() + seconds
+        while loop.time() < deadline and not done():
+            rounds += 1
+            until = loop.time() + 1.0
+            await produce(cluster, ledger, rng.fork(f"plain-{rounds}"), f"held{rounds}", az, [key], until, (0.1, 0.3))
+
+    def away() -> int:
+        """Kill the follower; where its log ends."""
+        left_at = cluster.brokers[victim].broker.replica_manager.partitions[key].log.log_end_offset
+        cluster.crash(victim)
+        return left_at
+
+    def back(left_at: int, what: str) -> None:
+        counts[what] += cluster.brokers[victim].broker.replica_manager.partitions[key].log.log_start_offset > left_at
+
     try:
+        left_at = away()
         await producer.add_partitions(txn, [key])
         await producer.produce(txn, key, 1)  # acknowledged once the follower left the ISR
         first = partition.producers.ongoing_transactions().get(producer.producer_id, -1)
-        az = cluster.brokers[leader.config.node_id].az
-        deadline = loop.time() + hold_s
-        rounds = 0
-        while loop.time() < deadline and partition.log.log_start_offset <= first:
-            rounds += 1
-            await produce(
-                cluster, ledger, rng.fork(f"plain-{rounds}"), f"held{rounds}", az, [key], loop.time() + 1.0, (0.1, 0.3)
-            )
-        counts["held_past_the_transaction"] += partition.log.log_start_offset > first
+        await plain_batches_until(lambda: partition.log.log_start_offset > first, hold_s)
+        counts["held_tiered_past_open"] += partition.log.log_start_offset > first
         cluster.start(victim)
         await settle(cluster, [key])
         problems += _lso_agrees(cluster, key, producer.producer_id)
-        copy = cluster.brokers[victim].broker.replica_manager.partitions[key]
-        counts["held_start_over"] += copy.log.log_start_offset > left_at
-        await producer.end(txn, commit=rng.chance(0.5))
+        back(left_at, "held_start_over_open")
+
+        left_at = away()
+        await plain_batches_until(lambda: False, partition.settings.log.segment_ms / 1000 + 1.0)
+        await producer.produce(txn, key, 1, first=1)
+        await producer.end(txn, commit=False)
+        await plain_batches_until(lambda: partition.log.log_start_offset > left_at, hold_s)
+        for live in cluster.live():  # the leader's local log start stays where it is now
+            await live.broker.offload.stop()
+        cluster.start(victim)
+        await settle(cluster, [key])
+        problems += replicas_agree(cluster, [key])
+        back(left_at, "held_start_over_ended")
     except (Fenced, Abortable) as exc:  # the world is calm: rare, and then nothing to check
         cluster.sim.trace.record("scenario", "the held transaction could not go on: %s", exc)
         counts["held_transaction_lost"] += 1

@@ -354,8 +354,9 @@ class TxnProducer:
             await self.clients.backoff()
         raise Fenced(f"{what} did not succeed in {COORDINATOR_DEADLINE_S:.0f} s")
 
-    async def produce(self, txn: Txn, key: Key, count: int) -> None:
-        for i in range(count):
+    async def produce(self, txn: Txn, key: Key, count: int, first: int = 0) -> None:
+        """`count` records of `txn` to `key`, numbered from `first` (unique in the transaction)."""
+        for i in range(first, first + count):
             value = f"{txn.name}/{key[0]}-{key[1]}/{i}"
             sequence = self.sequences.get(key, 0)
             self.sequences[key] = sequence + 1

@@ -246,7 +246,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
         calm[0] = True
         await asyncio.sleep(max(10.0, 8 * interval_ms / 1000))  # tier what is ready
         problems = await _decided(built, loop.time() + DECIDED_S)
-        held = TxnProducer(built, txn_ledger, clients.fork("held"), "h", azs[0], [KEYS[0]], "txn-h", 60_000, None)
+        held = TxnProducer(built, txn_ledger, clients.fork("held"), "h", azs[0], [KEYS[0]], "txn-h", 300_000, None)
         await held.init(bump=False)
         leader = built.leader_broker(*KEYS[0])
         assert leader is not None
