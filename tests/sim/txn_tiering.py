@@ -4,12 +4,14 @@ reader tailing the partition through whichever replica serves its AZ, a transact
 open across a follower's start-over at the leader's log start, and the checks that every
 replica agrees with the leader about transactions.
 
-What goes wrong without the fix: tiering plans up to the high watermark, so an open
-transaction's first batches are tiered and dropped locally; a replica that comes back below
-the leader's local log start starts over there knowing nothing of it: its last stable offset
-passes the open transaction (read_committed readers it serves get undecided records), and the
-ABORT leaves no aborted-transaction entry there (they get the aborted ones, and so does
-everyone once it leads).
+What went wrong before the fix: tiering planned up to the high watermark, so an open
+transaction's first batches were tiered and dropped locally; a replica that came back below
+the leader's local log start started over there knowing nothing of it: its last stable offset
+passed the open transaction (read_committed readers it served got undecided records), and the
+ABORT left no aborted-transaction entry there (they got the aborted ones, and so did everyone
+once it led). Tiering only below the last stable offset keeps an open transaction's start
+local, but a transaction decided since can still begin below the log start a replica starts
+over at and end above it: that replica needs the leader's producer state there.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class LingeringTxnProducer(TxnProducer):
 
 @dataclass
 class TailedRead:
+    """A transactional record the tailing reader got."""
+
     value: str
     key: Key
     node_id: int
@@ -59,6 +63,8 @@ class TailedRead:
 
 @dataclass
 class Tail:
+    """What the tailing read_committed reader got, for the auditor."""
+
     reads: list[TailedRead] = field(default_factory=list)
 
 

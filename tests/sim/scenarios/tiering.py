@@ -13,14 +13,17 @@ stay open up to 10 s after their last record); a consumer tails it from offset 0
 real Fetch path the whole time, so it reads tiered segments, coordinates and the tail, and a
 read_committed reader tails it through its AZ's replica (txn_tiering.py).
 
-At the end the faults stop and the cluster settles; a follower is killed while a transaction
+At the end the faults stop and the cluster settles; a follower is away while a transaction
 stays open across segment rolls and tiering cycles, and comes back (below the leader's local
 log start whenever tiering went past it): while the transaction is open, every replica must
-have the leader's last stable offset. Then every transaction is decided, and every replica
-must have the leader's last stable offset and aborted transactions; a read_committed read of
-each partition through each replica must show the same transactions, each whole, none aborted
-or undecided, every committed one, and the tailing reader must have got nothing else, and
-nothing before its client asked to commit. Then more cycles tier what is left to tier, and:
+have the leader's last stable offset; it is away again while the transaction is aborted and
+tiering passes its first offset, and must then know the abort as the leader does
+(txn_tiering.start_over_inside_a_transaction). Then every transaction is decided, and every
+replica must have the leader's last stable offset and aborted transactions; a read_committed
+read of each partition through each replica must show the same transactions, each whole,
+none aborted or undecided, every committed one, and the tailing reader must have got nothing
+else, and nothing before its client asked to commit. Then more cycles tier what is left to
+tier, and:
 - a fresh consumer reads the partition from offset 0 to the high watermark: every
   acknowledged batch at its acknowledged offset, nothing twice, offsets dense (markers are
   control batches that take their offsets), through tiered segments;
