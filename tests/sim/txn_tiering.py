@@ -173,6 +173,7 @@ async def start_over_inside_a_transaction(
         counts["held_tiered_past_open"] += partition.log.log_start_offset > first
         cluster.start(victim)
         await settle(cluster, [key])
+        await caught_up(cluster, [key])
         problems += _lso_agrees(cluster, key, producer.producer_id)
         back(left_at, "held_start_over_open")
 
@@ -185,6 +186,7 @@ async def start_over_inside_a_transaction(
             await live.broker.offload.stop()
         cluster.start(victim)
         await settle(cluster, [key])
+        await caught_up(cluster, [key])
         problems += replicas_agree(cluster, [key])
         back(left_at, "held_start_over_ended")
     except (Fenced, Abortable) as exc:  # the world is calm: rare, and then nothing to check
@@ -193,6 +195,27 @@ async def start_over_inside_a_transaction(
         if victim in cluster.down:
             cluster.start(victim)
     return problems, counts
+
+
+async def caught_up(cluster: SimCluster, keys: list[Key], timeout_s: float = 30.0) -> None:
+    """After `settle` (every replica holds the leader's log): until every replica also knows
+    the leader's high watermark (one more fetch round), which its last stable offset is
+    bounded by."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+
+    def known(key: Key) -> bool:
+        leader = cluster.leader_broker(*key)
+        if leader is None:
+            return False
+        partition = leader.replica_manager.partitions[key]
+        return all(
+            cluster.brokers[n].broker.replica_manager.partitions[key].log.high_watermark == partition.log.high_watermark
+            for n in partition.replicas
+        )
+
+    while loop.time() < deadline and not all(known(key) for key in keys):
+        await asyncio.sleep(0.1)
 
 
 def _lso_agrees(cluster: SimCluster, key: Key, producer_id: int) -> list[str]:

@@ -53,6 +53,7 @@ from ..registry import scenario
 from ..runner import Sim
 from ..txn_tiering import (
     LingeringTxnProducer,
+    caught_up,
     Tail,
     read_through_every_replica,
     replicas_agree,
@@ -259,6 +260,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
             built, held, ledger, clients.fork("held-plain"), KEYS[0], hold_s
         )
         problems += held_problems + await _decided(built, loop.time() + DECIDED_S)
+        await caught_up(built, KEYS)
         problems += replicas_agree(built, KEYS)
         read_problems, committed_read = await read_through_every_replica(
             built, txn_ledger, tail, clients.fork("committed"), KEYS, loop.time() + DECIDED_S
