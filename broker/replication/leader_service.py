@@ -143,7 +143,9 @@ class ReplicaFetchService:
                 int(exc.code),
                 log_.high_watermark if log_ else -1,
                 log_.log_start_offset if log_ else -1,
-                remote_segments=over.remote_segments.snapshot() if over and over.remote_segments.known else b"",
-                modes=over.modes.snapshot() if over else b"",
-                producer_snapshot=over.producer_state_at_log_start() if over else b"",
+                remote_segments=over.remote_segments.snapshot()
+                if over is not None and over.remote_segments.known
+                else b"",
+                modes=over.modes.snapshot() if over is not None else b"",
+                producer_snapshot=over.producer_state_at_log_start() if over is not None else b"",
             )
