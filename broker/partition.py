@@ -25,6 +25,7 @@ from .log.txn_markers import TxnMarker, decode_txn_marker, encode_txn_marker, is
 from .metadata.records import NO_LEADER, PartitionStateRecord
 from .partition_ids import TopicPartition
 from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
+from .producers.snapshot import decode_snapshot_at, encode_snapshot
 from .producers.state import MAX_PERMITS
 from .producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
 from . import log_validator
@@ -510,18 +511,33 @@ class Partition:
             self._reload_producers()
         self.epochs.truncate_from_end(offset)
 
-    def restart_at(self, offset: int) -> None:
-        """Follower behind the leader's log start: drop everything and continue from there."""
+    def restart_at(self, offset: int, producer_snapshot: bytes = b"") -> None:
+        """Follower behind the leader's log start: drop everything and continue from there,
+        with the leader's producer state at that offset (its snapshot file's bytes; empty:
+        none known). SnapshotError, before anything changes, when they cannot be read."""
+        state = (
+            decode_snapshot_at(producer_snapshot, offset, source=f"{self.topic}-{self.index}: the leader's snapshot")
+            if producer_snapshot
+            else None
+        )
         log.warning(
-            "%s-%d: log end %d is below the leader's log start %d: starting over there",
+            "%s-%d: log end %d is below the leader's log start %d: starting over there (%s)",
             self.topic,
             self.index,
             self.log.log_end_offset,
             offset,
+            "with the leader's producer state" if state is not None else "no producer state from the leader",
         )
         self.log.restart_at(offset)
         self.epochs.truncate_from_end(0)
-        self._reload_producers()
+        self.producers.start_over(self.directory, offset, state)
+        self.producers.on_high_watermark(self.log.high_watermark)
+
+    def producer_state_at_log_start(self) -> bytes:
+        """Leader: the producer state a follower starting over at the log start needs
+        (`restart_at`), as snapshot bytes (producers/state.py `state_at`)."""
+        ended = ((t.producer_id, t.first_offset, t.last_offset) for t in self.txn_index.all_entries())
+        return encode_snapshot(self.producers.state_at(self.log.log_start_offset, ended))
 
     def install_leader_modes(self, snapshot: bytes, start_offset: int) -> None:
         """After `restart_at`: the leader's mode markers below its log start are ours too."""

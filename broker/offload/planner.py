@@ -3,10 +3,13 @@ the partition: its sealed local segments, entries, epochs, producer snapshots an
 aborted-transaction index).
 
 A range is a sealed local segment, or the part of one above what is already tiered (a new
-leader's segment boundaries need not match the old leader's), entirely below the high
-watermark. It is ready when it is older than `local.retention.ms` (by its largest timestamp)
-or the local log is larger than `local.retention.bytes`, oldest first, so tiered segments
-stay contiguous. Nothing is planned while a planned segment is still unresolved.
+leader's segment boundaries need not match the old leader's), entirely below the last
+stable offset: as Kafka's RemoteLogManager ("copy segments only till the
+last-stable-offset"), tiered storage holds only decided data, and a transaction still open
+keeps its first batch in the local log. It is ready when it is older than
+`local.retention.ms` (by its largest timestamp) or the local log is larger than
+`local.retention.bytes`, oldest first, so tiered segments stay contiguous. Nothing is
+planned while a planned segment is still unresolved.
 """
 
 from __future__ import annotations
@@ -45,7 +48,11 @@ def ready_ranges(
     for seg in log.sealed_segments():
         if seg.next_offset <= floor:
             continue
-        if seg.next_offset > log.high_watermark or len(chosen) >= max_ranges or (chosen and total >= max_bytes):
+        if (
+            seg.next_offset > partition.last_stable_offset
+            or len(chosen) >= max_ranges
+            or (chosen and total >= max_bytes)
+        ):
             break
         old = settings.local_retention_ms >= 0 and now_ms - seg.largest_timestamp > settings.local_retention_ms
         large = settings.local_retention_bytes >= 0 and local_bytes > settings.local_retention_bytes

@@ -197,3 +197,11 @@ def read_snapshot(path: Path) -> Snapshot:
     if snapshot.offset != expected:
         raise CorruptSnapshotError(f"{path}: contains offset {snapshot.offset}, name says {expected}")
     return snapshot
+
+
+def decode_snapshot_at(data: bytes, offset: int, *, source: str = "snapshot") -> Snapshot:
+    """`decode_snapshot` of bytes that must hold the state at ``offset`` (not from a file)."""
+    snapshot = decode_snapshot(data, source=source)
+    if snapshot.offset != offset:
+        raise CorruptSnapshotError(f"{source}: contains offset {snapshot.offset}, expected {offset}")
+    return snapshot

@@ -109,8 +109,10 @@ Serialization contract for callers (one partition = one sequential actor):
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -507,6 +509,60 @@ class ProducerStateManager:
         for snap_offset, path in snap.list_snapshots(directory):
             if snap_offset < offset:
                 path.unlink(missing_ok=True)
+
+    def state_at(self, offset: int, ended: Iterable[tuple[int, int, int]]) -> snap.Snapshot:
+        """The state a replica starting over at ``offset`` (this leader's log start, below
+        `map_end_offset`) must begin with, so that replaying the log from ``offset`` leaves
+        it with exactly this state: each producer's epochs and timestamp, its batches below
+        ``offset``, and the transactions open at ``offset``: still open, ended by a marker
+        not yet below the high watermark, or aborted by a marker at or above ``offset``
+        (``ended``: (producer id, first offset, marker offset) of the aborted-transaction
+        index, which holds every marker from the log start on). Not the past state itself: a
+        transaction open there whose COMMIT is already replicated is left out; the replica
+        sees it begin at its first batch from ``offset`` on and end in a commit all the same,
+        and reads nothing too early (it is decided), indexes nothing for it (a commit)."""
+        open_at = {pid: first for pid, first in self._ongoing.items() if first < offset}
+        for pid, first, last in itertools.chain(
+            ((t.producer_id, t.first_offset, t.last_offset) for t in self._unreplicated), ended
+        ):
+            if first < offset <= last:
+                open_at[pid] = first
+        producers = [
+            snap.SnapshotProducer(
+                entry.producer_id,
+                entry.producer_epoch,
+                entry.last_timestamp_ms,
+                [
+                    snap.SnapshotBatch(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms)
+                    for b in entry.batches
+                    if b.last_offset < offset
+                ],
+                entry.coordinator_epoch,
+                open_at.pop(entry.producer_id, NO_OFFSET),
+            )
+            for entry in self._producers.values()
+        ]
+        producers += [  # expired here since their abort: only the transaction is known
+            snap.SnapshotProducer(pid, NO_PRODUCER_EPOCH, NO_TIMESTAMP, [], NO_COORDINATOR_EPOCH, first)
+            for pid, first in open_at.items()
+        ]
+        return snap.Snapshot(offset=offset, producers=producers)
+
+    def start_over(self, directory: Path, offset: int, snapshot: snap.Snapshot | None) -> None:
+        """The log was emptied to continue at ``offset`` (a follower behind its leader's log
+        start, Kafka's `truncateFullyAndStartAt`): the state becomes ``snapshot``, the
+        leader's `state_at` that offset (kept as this replica's snapshot there), or nothing
+        (a leader that sent none). Without it a transaction open at ``offset`` would be
+        unknown here: its marker would end nothing, and no aborted-transaction entry would
+        be written."""
+        if snapshot is not None and snapshot.offset != offset:
+            raise ValueError(f"the producer snapshot is at offset {snapshot.offset}, not at {offset}")
+        for _offset, path in snap.list_snapshots(directory):
+            path.unlink(missing_ok=True)
+        if snapshot is not None:
+            snap.write_snapshot(directory, snapshot)
+        self.load_latest_snapshot(directory, offset)
+        self._map_end_offset = offset
 
     def truncate_and_reload(self, directory: Path, log_start_offset: int, log_end_offset: int) -> int:
         """Bring the state back in step with a log now spanning [log_start_offset, log_end_offset).

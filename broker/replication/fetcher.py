@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..log import EntryKind
 from ..metadata.records import NO_LEADER
+from ..producers import SnapshotError
 from ..protocol.errors import ErrorCode
 from ..rpc import RpcClientPool, RpcError
 from .divergence import truncation_offset
@@ -152,7 +153,13 @@ class ReplicaFetcher:
             result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
             and result.log_start_offset > partition.log.log_end_offset
         ):
-            partition.restart_at(result.log_start_offset)
+            try:  # with the leader's producer state there: transactions open at that offset
+                partition.restart_at(result.log_start_offset, result.producer_snapshot)
+            except SnapshotError as exc:  # e.g. a newer leader's format: wait for an upgrade, drop nothing
+                log.error(
+                    "%s-%d: cannot start over at the leader's log start: %s", partition.topic, partition.index, exc
+                )
+                return False
             if result.remote_segments:  # what the leader tiered below its log: now ours too
                 partition.remote_segments.install(result.remote_segments, result.log_start_offset)
             if result.modes:

@@ -150,13 +150,17 @@ class ReplicaFetchService:
         except ApiError as exc:
             log_ = partition.log if partition is not None else None
             below_start = log_ is not None and wanted.fetch_offset < log_.log_start_offset
-            tiered = partition.remote_segments if partition is not None and below_start else None
+            # a follower below the log start starts over there: it gets what it cannot replay
+            over = partition if partition is not None and below_start else None
             return FetchedPartition(
                 wanted.topic_id,
                 wanted.partition,
                 int(exc.code),
                 log_.high_watermark if log_ else -1,
                 log_.log_start_offset if log_ else -1,
-                remote_segments=tiered.snapshot() if tiered is not None and tiered.known else b"",
-                modes=partition.modes.snapshot() if partition is not None and below_start else b"",
+                remote_segments=over.remote_segments.snapshot()
+                if over is not None and over.remote_segments.known
+                else b"",
+                modes=over.modes.snapshot() if over is not None else b"",
+                producer_snapshot=over.producer_state_at_log_start() if over is not None else b"",
             )

@@ -47,6 +47,10 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
     # The leader's log start offset across tiers (`log_start_offset` above is its local log's):
     # where DeleteRecords moved it, so followers serve nothing below it either. -1: unknown.
     partition_log_start_offset: int = -1
+    # With OFFSET_OUT_OF_RANGE, also the leader's producer state at its log start
+    # (producers/snapshot.py file bytes; empty: none): transactions open there, epochs and
+    # sequences, which the entries above it assume
+    producer_snapshot: bytes = b""
 
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):

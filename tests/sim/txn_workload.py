@@ -485,8 +485,9 @@ class TxnProducer:
             await self.clients.backoff()
         raise Fenced(f"{what} did not succeed in {COORDINATOR_DEADLINE_S:.0f} s")
 
-    async def produce(self, txn: Txn, key: Key, count: int) -> None:
-        for i in range(count):
+    async def produce(self, txn: Txn, key: Key, count: int, first: int = 0) -> None:
+        """`count` records of `txn` to `key`, numbered from `first` (unique in the transaction)."""
+        for i in range(first, first + count):
             value = f"{txn.name}/{key[0]}-{key[1]}/{i}"
             sequence = self.sequences.get(key, 0)
             self.sequences[key] = sequence + 1
@@ -656,7 +657,13 @@ class CommittedRead:
 
 
 async def read_committed(
-    cluster: SimCluster, rng: SimRandom, az: str, key: Key, end_offset: int, deadline_s: float
+    cluster: SimCluster,
+    rng: SimRandom,
+    az: str,
+    key: Key,
+    end_offset: int,
+    deadline_s: float,
+    node_id: int | None = None,
 ) -> CommittedRead:
     """Read one partition from offset 0 to `end_offset` (the leader's high watermark) with
     isolation_level READ_COMMITTED, through the Fetch path, and filter as Kafka's consumer
@@ -665,7 +672,8 @@ async def read_committed(
     show). The broker answering may be a replica whose high watermark lags the leader's a
     little: the reader goes on until its position and an answer's last stable offset reach
     `end_offset`; AssertionError if that does not happen by `deadline_s` (a hanging
-    transaction)."""
+    transaction). `node_id`: ask that broker (a replica of a diskless partition serves from
+    its own log) rather than the one the client's metadata names."""
     clients = Clients(cluster, rng, f"reader,shoal_az={az}", az)
     loop = asyncio.get_running_loop()
     found: list[tuple[int, str]] = []
@@ -681,7 +689,8 @@ async def read_committed(
                     continue
             request = fetch_request(key, position, az, isolation_level=1, max_wait_ms=100)
             try:
-                response = await clients.connections.get(clients.metadata.leaders[key]).request(request, FETCH_V)
+                target = clients.metadata.leaders[key] if node_id is None else node_id
+                response = await clients.connections.get(target).request(request, FETCH_V)
             except ConnectionLost as exc:
                 cluster.sim.trace.record("reader", "%s-%d at %d: %s", *key, position, exc)
                 stale = True

@@ -6,11 +6,24 @@ roll time; how the tiering jobs behave (they run the real assembler, in the brok
 as Spark's local mode does: a job dies with its broker; some fail before doing anything,
 some die half-way leaving files without a manifest, some take long); and a schedule of
 crashes of any broker (a leader in the middle of its job), network partitions, metadata
-outages and a flaky object store. Producers write a diskless topic with
-`remote.storage.enable=true` (idempotent and not); a consumer tails it from offset 0 through
-the real Fetch path the whole time, so it reads tiered segments, coordinates and the tail.
+outages and a flaky object store; a broker is sometimes down long enough to come back below
+its leaders' local log start. Producers write a diskless topic with
+`remote.storage.enable=true` (idempotent and not, and a transactional one whose transactions
+stay open up to 10 s after their last record); a consumer tails it from offset 0 through the
+real Fetch path the whole time, so it reads tiered segments, coordinates and the tail, and a
+read_committed reader tails it through its AZ's replica (txn_tiering.py).
 
-At the end the faults stop, the cluster settles, more cycles tier what is left to tier, and:
+At the end the faults stop and the cluster settles; a follower is away while a transaction
+stays open across segment rolls and tiering cycles, and comes back (below the leader's local
+log start whenever tiering went past it): while the transaction is open, every replica must
+have the leader's last stable offset; it is away again while the transaction is aborted and
+tiering passes its first offset, and must then know the abort as the leader does
+(txn_tiering.start_over_inside_a_transaction). Then every transaction is decided, and every
+replica must have the leader's last stable offset and aborted transactions; a read_committed
+read of each partition through each replica must show the same transactions, each whole,
+none aborted or undecided, every committed one, and the tailing reader must have got nothing
+else, and nothing before its client asked to commit. Then more cycles tier what is left to
+tier, and:
 - a fresh consumer reads the partition from offset 0 to the high watermark: every
   acknowledged batch at its acknowledged offset, nothing twice, offsets dense (markers are
   control batches that take their offsets), through tiered segments;
@@ -39,10 +52,22 @@ from ..network import NetFaults
 from ..objectstore import ObjectStoreFaults
 from ..registry import scenario
 from ..runner import Sim
+from ..txn_tiering import (
+    LingeringTxnProducer,
+    caught_up,
+    Tail,
+    read_through_every_replica,
+    replicas_agree,
+    start_over_inside_a_transaction,
+    tail_committed,
+)
+from ..txn_workload import TxnLedger, TxnProducer
 from ..workload import Key, Ledger, consume, produce, produce_idempotent
+from .transactions import _stable
 
 BROKERS = 3
 TRAFFIC_S = 25.0
+DECIDED_S = 180.0  # after settling: every transaction decided (timeouts, marker retries)
 TOPIC = "tiered"
 KEYS = [(TOPIC, 0), (TOPIC, 1)]
 
@@ -113,7 +138,8 @@ async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) ->
             leader = cluster.leader_broker(*rng.choice(KEYS))  # a leader: its job dies with it
             victim = leader.node_id if leader is not None and rng.chance(0.7) else rng.randrange(BROKERS)
             cluster.crash(victim)
-            await asyncio.sleep(rng.between((0.5, 8.0)))
+            # now and then long enough to come back below the leaders' local log start
+            await asyncio.sleep(rng.between((0.5, 8.0) if rng.chance(0.75) else (8.0, 20.0)))
             cluster.start(victim)
         elif roll < 0.5:
             victim = rng.randrange(BROKERS)
@@ -168,7 +194,7 @@ def check_tiered(cluster: SimCluster, store_keys: list[str], keys: list[Key]) ->
     return problems
 
 
-@scenario("tiering", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=16)
+@scenario("tiering", max_virtual_s=900.0, max_steps=3_000_000, test_seeds=12)
 async def tiering(sim: Sim) -> dict[str, int]:
     """3 brokers tiering a diskless topic under crashes (leaders mid-job), failing jobs, faults."""
     rng = sim.fork("scenario")
@@ -185,6 +211,8 @@ async def tiering(sim: Sim) -> dict[str, int]:
             "wal.file.manager.interval.ms": "1000",
             "wal.file.manager.grace.ms": "2000",
             "wal.commit.deadline.ms": "5000",
+            "transaction.state.log.num.partitions": "3",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
         },
         metadata_faults=MetadataFaults.none(),
         object_faults=ObjectStoreFaults.none(),
@@ -200,6 +228,12 @@ async def tiering(sim: Sim) -> dict[str, int]:
             built.start(node_id)
         await built.wait_started()
         await create_topic(built, rng)
+        txn_ledger, tail = TxnLedger(), Tail()
+        clients = rng.fork("clients")
+        transactional = LingeringTxnProducer(
+            built, txn_ledger, clients.fork("t"), "t", azs[0], KEYS, "txn-t", clients.choice([10_000, 30_000]), None
+        )
+        await transactional.init(bump=False)  # __transaction_state is created before the faults
         weather = rng.fork("weather")
         built.metadata.faults = MetadataFaults(unavailable_p=weather.choice([0.0, 0.02]), ambiguous_p=0.0)
         built.objects.faulty.faults = weather.choice([ObjectStoreFaults(), ObjectStoreFaults.flaky()])
@@ -207,12 +241,15 @@ async def tiering(sim: Sim) -> dict[str, int]:
         ledger = Ledger()
         loop = asyncio.get_running_loop()
         until_s = loop.time() + TRAFFIC_S
-        clients = rng.fork("clients")
         tasks = [
             loop.create_task(produce(built, ledger, clients.fork("p"), "p", azs[0], KEYS, until_s)),
             loop.create_task(produce_idempotent(built, ledger, clients.fork("i"), "i", azs[-1], KEYS, until_s)),
             loop.create_task(
                 consume(built, ledger, clients.fork("c"), "c", azs[0], KEYS[0], lambda: loop.time() > until_s)
+            ),
+            loop.create_task(transactional.run(until_s)),
+            loop.create_task(
+                tail_committed(built, txn_ledger, clients.fork("tail"), azs[-1], KEYS[1], tail, until_s + 10.0)
             ),
             loop.create_task(fault_schedule(built, rng.fork("faults"), until_s)),
         ]
@@ -220,6 +257,23 @@ async def tiering(sim: Sim) -> dict[str, int]:
         await settle(built, KEYS)
         calm[0] = True
         await asyncio.sleep(max(10.0, 8 * interval_ms / 1000))  # tier what is ready
+        problems = await _decided(built, loop.time() + DECIDED_S)
+        held = TxnProducer(built, txn_ledger, clients.fork("held"), "h", azs[0], [KEYS[0]], "txn-h", 300_000, None)
+        await held.init(bump=False)
+        leader = built.leader_broker(*KEYS[0])
+        assert leader is not None
+        settings = leader.replica_manager.partitions[KEYS[0]].settings
+        hold_s = (settings.log.segment_ms + max(settings.local_retention_ms, 0) + 2 * interval_ms) / 1000 + 10.0
+        held_problems, counts = await start_over_inside_a_transaction(
+            built, held, ledger, clients.fork("held-plain"), KEYS[0], hold_s
+        )
+        problems += held_problems + await _decided(built, loop.time() + DECIDED_S)
+        await caught_up(built, KEYS)
+        problems += replicas_agree(built, KEYS)
+        read_problems, committed_read = await read_through_every_replica(
+            built, txn_ledger, tail, clients.fork("committed"), KEYS, loop.time() + DECIDED_S
+        )
+        problems += read_problems + txn_ledger.violations
         for sim_broker in built.live():  # then cycles by hand: dead jobs' segments resolved
             await sim_broker.broker.offload.stop()
         for _ in range(3):
@@ -250,7 +304,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
                     f"high watermark {partition.log.high_watermark}, tiered "
                     f"{[(s.base_offset, s.end_offset, s.state.name) for s in partition.remote_segments.segments]}"
                 )
-        problems = list(ledger.violations) + list(final.violations)
+        problems += list(ledger.violations) + list(final.violations)
         acked = 0
         for sent in ledger.sent.values():
             if sent.acked_offset is None:
@@ -277,4 +331,17 @@ async def tiering(sim: Sim) -> dict[str, int]:
         if problems:
             raise AssertionError("\n  ".join(problems[:10]))
         sim.trace.record("audit", "ok: %d acknowledged batches read back, %d tiered segments", acked, tiered)
-        return {"acked": acked, "tiered_segments": tiered}
+        return {
+            "acked": acked,
+            "tiered_segments": tiered,
+            "transactions": len(txn_ledger.txns),
+            "committed_records_read": committed_read,
+            "tailed_committed": len(tail.reads),
+            **counts,
+        }
+
+
+async def _decided(cluster: SimCluster, deadline_s: float) -> list[str]:
+    """Settle, then wait until no transaction is open anywhere (`transactions`' own wait)."""
+    await settle(cluster, KEYS)
+    return await _stable(cluster, KEYS, deadline_s)
