@@ -217,12 +217,12 @@ class LocalCommitter:
         finally:
             for wait in waits:
                 if not wait.done():
-                    wait.cancel()
+                    wait.cancel()  # done only once it runs: below it still reads as not done
                 elif not wait.cancelled():
                     wait.exception()  # retrieved: when this call is cancelled nobody reads it below
         results = []
         for wait in waits:
-            if wait.cancelled():
+            if not wait.done() or wait.cancelled():
                 results.append(WaitResult(False))
             elif isinstance(wait.exception(), ApiError):
                 error = wait.exception()

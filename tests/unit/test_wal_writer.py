@@ -586,3 +586,29 @@ def test_batches_refused_as_not_the_representative_hold_back_the_producers_next_
         assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
 
     run(scenario())
+
+
+def test_a_replication_wait_answers_the_partitions_still_waiting_as_not_done(tmp_path: Path) -> None:
+    """Cluster seed 8017: a ReplicationWaitRequest whose partitions were not all replicated in
+    time raised InvalidStateError at the leader (it read the exception of a wait it had just
+    cancelled, which is not done yet), so the representative answered every partition of it
+    REQUEST_TIMED_OUT ("possibly persisted") although they were appended, instead of asking
+    again for the ones still waiting."""
+    from broker.diskless.commit import COMMIT_VERSION, ReplicationWaitRequest, WaitPartition
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        _stuck_follower(rig.partitions[1])
+        futures = rig.writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
+        assert (await asyncio.wait_for(futures[0], 5)).error_code == 0
+        answer = await rig.committer.answer_wait(
+            ReplicationWaitRequest(
+                COMMIT_VERSION,
+                200,
+                [WaitPartition(TOPIC_ID, 0, 0, 2), WaitPartition(TOPIC_ID, 1, 1, 2)],
+            )
+        )
+        assert [(r.done, r.error_code) for r in answer.results] == [(True, 0), (False, 0)]
+        futures[1].cancel()
+
+    run(scenario())
