@@ -355,6 +355,13 @@ class BrokerMetrics:
             "producer failed and was not sent again yet.",
             registry=r,
         )
+        self.wal_commit_stream_closures = Counter(
+            "shoal_wal_commit_stream_closures",
+            "Commit streams to a leader that the leader closed because a commit of the stream "
+            "never arrived (or was refused as a whole): its later commits failed and a new "
+            "stream started.",
+            registry=r,
+        )
         self.cache_requests = Counter(
             "shoal_cache_requests", "Object cache lookups, by result (hit, miss).", ["result"], registry=r
         )

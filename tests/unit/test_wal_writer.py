@@ -466,7 +466,10 @@ def remote_writer(rig: Rig, leader: LeaderBroker, partitions: int) -> WalWriter:
     from broker.diskless.commit_router import CommitRouter
 
     view = SimpleNamespace(
-        partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(partitions)},
+        partitions={
+            (str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0, leader_epoch=0))
+            for i in range(partitions)
+        },
         brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
     )
     router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
@@ -610,5 +613,87 @@ def test_a_replication_wait_answers_the_partitions_still_waiting_as_not_done(tmp
         )
         assert [(r.done, r.error_code) for r in answer.results] == [(True, 0), (False, 0)]
         futures[1].cancel()
+
+    run(scenario())
+
+
+class Leaders:
+    """An RPC pool reaching several leader brokers, each a LeaderBroker."""
+
+    def __init__(self, leaders: dict[int, LeaderBroker]) -> None:
+        self.leaders = leaders
+
+    def get(self, node_id: int, host: str, port: int) -> LeaderBroker:
+        return self.leaders[node_id]
+
+
+def moving_writer(rig: Rig, pool: object) -> tuple[WalWriter, SimpleNamespace]:
+    """A WAL writer on broker 5 for partition 0, led by broker 0 until the test changes the
+    returned record (the representative's view of the partition)."""
+    from broker.diskless.commit_router import CommitRouter
+
+    record = SimpleNamespace(leader=0, leader_epoch=0)
+    view = SimpleNamespace(
+        partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=record)},
+        brokers={n: SimpleNamespace(rpc_host=f"b{n}", rpc_port=1) for n in (0, 1)},
+    )
+    router = CommitRouter(5, rig.committer, view, pool, rig.metrics)  # type: ignore[arg-type]
+    writer = WalWriter(
+        rig.store,
+        WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+        router,
+        None,
+        rig.metrics,
+        buffer_max_bytes=len(batch(0)),  # one batch per object: one commit each
+        linger_ms=5,
+        max_inflight_bytes=64 << 20,
+    )
+    return writer, record
+
+
+async def _eventually(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+class FirstCommitLost(LeaderBroker):
+    """The first CommitRequest never reaches the leader (its caller times out); the ones after
+    it do, as in cluster seed 8010, whose network dropped one commit of a connection."""
+
+    lost = False
+
+    async def call(self, request, timeout_s: float):  # type: ignore[no-untyped-def]
+        from broker.rpc import RpcTimeout
+
+        if isinstance(request, CommitRequest) and not self.lost:
+            self.lost = True
+            await asyncio.sleep(0.2)
+            raise RpcTimeout("no response within the call's timeout")
+        return await super().call(request, timeout_s)
+
+
+def test_a_commit_after_one_that_never_arrived_is_refused_by_the_leader(tmp_path: Path) -> None:
+    """Gap (b) of issue 26 item 7 (cluster seed 8010): a producer's first batches were in a
+    commit the network lost; the next commit, holding its later batch, reached the leader,
+    which did not know the producer and took the batch at offset 0 (KIP-360: any sequence).
+    The retries of the first batches were then out of order: librdkafka's fatal
+    OUT_OF_ORDER_SEQUENCE_NUMBER for sequence 0. A leader applies a representative's commits
+    as Kafka applies a connection's requests: in order, and nothing after one that is missing."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        writer, _record = moving_writer(rig, Leaders({0: FirstCommitLost(rig.committer)}))
+        first, second = sequence_batches(7, 2)
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        results = await asyncio.gather(a, b)
+        assert rig.partitions[0].log.log_end_offset == 0, "nothing lands behind the lost commit"
+        assert all(r.error_code for r in results), [ErrorCode(r.error_code).name for r in results]
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
 
     run(scenario())
