@@ -352,7 +352,8 @@ class BrokerMetrics:
         self.produce_barrier_refusals = Counter(
             "shoal_produce_barrier_refusals",
             "Diskless batches a representative refused because an earlier batch of their "
-            "producer failed and was not sent again yet.",
+            "producer failed and was not sent again yet, or because their partition's leader "
+            "changed while earlier batches sent to the previous one were unresolved.",
             registry=r,
         )
         self.wal_commit_stream_closures = Counter(

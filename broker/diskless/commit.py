@@ -130,6 +130,11 @@ class PendingCommit:
 
 
 class Committer(Protocol):
+    def route(self, topic_id: uuid.UUID, partition: int) -> object:
+        """Where a commit of the partition would go now (a hashable token: leader, leader
+        epoch, commit stream). The WAL writer holds a partition's idempotent batches back
+        while earlier ones sent another way are unresolved (wal_writer.py)."""
+
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         """Called in seal order: the call itself takes the commit's place in the leaders'
         order (so the next object may be committed at once). One PendingCommit per
@@ -176,6 +181,10 @@ class LocalCommitter:
         self._clock = clock
         self._deadline_ms = deadline_ms
         self._streams = CommitStreams()  # representatives' commit streams to this leader
+
+    def route(self, topic_id: uuid.UUID, partition: int) -> object:
+        """Every commit is applied here, in place: one route."""
+        return None
 
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         response = self.apply(request)

@@ -15,7 +15,8 @@ turns a commit that did land into the original offsets, never a duplicate.
 Remote commits to one leader form a stream (commit_streams.py): numbered in sending order,
 applied by the leader only in that order. When the leader answers that the stream is closed
 from some position (a commit before it never arrived), every commit of it from there on is
-known not to be applied: they fail at once, and the next commit opens a new stream.
+known not to be applied: they fail at once, and the next commit opens a new stream. `route`
+names the leader, its epoch and the stream a partition's commit would take now.
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ class CommitRouter:
     def _leader(self, topic_id: uuid.UUID, partition: int) -> tuple[int, int]:
         state = self._view.partitions.get(TopicIdPartition.of(topic_id, partition))
         return (NO_LEADER, -1) if state is None else (state.record.leader, state.record.leader_epoch)
+
+    def route(self, topic_id: uuid.UUID, partition: int) -> object:
+        leader, epoch = self._leader(topic_id, partition)
+        stream = self._streams.get(leader)
+        return (leader, epoch, -1 if leader == self._node_id else 0 if stream is None else stream.number)
 
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         by_leader: dict[int, list[int]] = {}
@@ -239,7 +245,9 @@ class CommitRouter:
     def _closed(self, leader: int, stream: CommitStream, closed_from: int, refusal: CommitResult | None) -> None:
         """The leader refuses the stream's commits from `closed_from` on: none of them was
         applied or ever will be, so those still unanswered fail now rather than at their
-        call's timeout, and the next commit opens a new stream."""
+        call's timeout, and the next commit opens a new stream. (Until the WAL writer has
+        settled them, their partitions' idempotent batches are not sent on the new stream:
+        `route` changed.)"""
         current = self._streams.get(leader)
         if current is None or current.number != stream.number:
             return  # a stream already left: its commits from the closing position on were failed then

@@ -64,7 +64,7 @@ class SequenceBarriers:
 
     def failed(self, partition: Hashable, header: BatchHeader, error: ErrorCode) -> None:
         """`header`'s batch failed without reaching the log."""
-        if not _sequenced(header):
+        if not sequenced(header):
             return
         key = (partition, header.producer_id)
         held = self._live(key)
@@ -82,7 +82,7 @@ class SequenceBarriers:
     def check(self, partition: Hashable, header: BatchHeader) -> Barrier | None:
         """The barrier that refuses `header`'s batch, or None; a batch that retries the failed
         one (at or below its sequence) or starts a newer epoch lifts the barrier."""
-        if not _sequenced(header):
+        if not sequenced(header):
             return None
         key = (partition, header.producer_id)
         held = self._live(key)
@@ -102,7 +102,8 @@ class SequenceBarriers:
         return held
 
 
-def _sequenced(header: BatchHeader) -> bool:
+def sequenced(header: BatchHeader) -> bool:
+    """A batch with a producer id and a sequence (idempotent or transactional, not a marker)."""
     return header.producer_id >= 0 and header.base_sequence != NO_SEQUENCE and not header.is_control
 
 

@@ -353,6 +353,9 @@ def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
 
 def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_commits_once(tmp_path: Path) -> None:
     class NeverAnswers:
+        def route(self, topic_id: uuid.UUID, partition: int) -> None:
+            return None
+
         def commit(self, request: CommitRequest):  # type: ignore[no-untyped-def]
             loop = asyncio.get_running_loop()  # the broker dies before the leader is asked
             return [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
@@ -657,6 +660,67 @@ async def _eventually(condition, timeout_s: float = 5.0) -> None:  # type: ignor
     while not condition():
         assert loop.time() < deadline, "condition not reached"
         await asyncio.sleep(0.005)
+
+
+def test_a_later_batch_waits_while_an_earlier_one_is_unresolved_at_the_previous_leader(tmp_path: Path) -> None:
+    """Gap (a) of issue 26 item 7: the representative's commits are pipelined, so when a
+    partition's leader moved while its commit of batch N to the old leader was still
+    unresolved (here appended, waiting for acks=all), batch N+1 went to the new leader, which
+    did not know the producer and took it at offset 0 (KIP-360: any sequence); N, lost with
+    the old leader's tail, then came after it (librdkafka: OUT_OF_ORDER, an epoch bump, and
+    its other partitions' possibly-persisted messages stored twice: cluster seed 8017).
+    librdkafka drains a partition before producing to its new leader; so must the
+    representative."""
+
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        old, new = Rig(tmp_path / "old", store, partitions=1), Rig(tmp_path / "new", store, partitions=1)
+        _stuck_follower(old.partitions[0])  # acks=all waits at the old leader
+        writer, record = moving_writer(old, Leaders({0: LeaderBroker(old.committer), 1: LeaderBroker(new.committer)}))
+        first, second = sequence_batches(7, 2)
+        [a] = writer.submit([old.append(0, first)])
+        await _eventually(lambda: old.partitions[0].log.log_end_offset == 2)  # appended, acks pending
+        record.leader, record.leader_epoch = 1, 1  # the representative learns of the move first
+        [b] = writer.submit([old.append(0, second)])
+        held = await asyncio.wait_for(b, 5)
+        assert new.partitions[0].log.log_end_offset == 0, "nothing lands at the new leader behind the gap"
+        assert held.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode(held.error_code).name
+        old.partitions[0].make_follower(PartitionStateRecord(1, [0, 1], 1, 2, [1]), 3)  # its tail is lost
+        assert (await asyncio.wait_for(a, 5)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # the producer retries in order: both land at the new leader, in sequence order
+        [a] = writer.submit([old.append(0, first)])
+        [b] = writer.submit([old.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())
+
+
+def test_a_batch_whose_acknowledgement_failed_holds_back_the_producers_next_ones(tmp_path: Path) -> None:
+    """Gap (a), after the old leader answered: batch N was appended by the old leader, which
+    then lost leadership with N unreplicated (its acks=all wait failed with
+    NOT_LEADER_OR_FOLLOWER). Only failed *commits* held the producer's later batches back, so
+    N+1 went to the new leader and landed ahead of N's retry."""
+
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        old, new = Rig(tmp_path / "old", store, partitions=1), Rig(tmp_path / "new", store, partitions=1)
+        _stuck_follower(old.partitions[0])
+        writer, record = moving_writer(old, Leaders({0: LeaderBroker(old.committer), 1: LeaderBroker(new.committer)}))
+        first, second = sequence_batches(7, 2)
+        [a] = writer.submit([old.append(0, first)])
+        await _eventually(lambda: old.partitions[0].log.log_end_offset == 2)
+        old.partitions[0].make_follower(PartitionStateRecord(1, [0, 1], 1, 2, [1]), 3)
+        assert (await asyncio.wait_for(a, 5)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        record.leader, record.leader_epoch = 1, 2
+        [b] = writer.submit([old.append(0, second)])
+        held = await asyncio.wait_for(b, 5)
+        assert new.partitions[0].log.log_end_offset == 0, "nothing lands at the new leader behind the gap"
+        assert held.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode(held.error_code).name
+        [a] = writer.submit([old.append(0, first)])
+        [b] = writer.submit([old.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())
 
 
 class FirstCommitLost(LeaderBroker):
