@@ -184,7 +184,7 @@ class LocalCommitter:
 
     def route(self, topic_id: uuid.UUID, partition: int) -> object:
         """Every commit is applied here, in place: one route."""
-        return None
+        return "local"
 
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         response = self.apply(request)

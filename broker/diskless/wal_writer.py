@@ -353,7 +353,7 @@ class WalWriter:
             sent = self._unsettled.setdefault((slot.part.topic_id, slot.part.partition), {})
             sent[route] = sent.get(route, 0) + 1  # until _settle
             outcome.applied.add_done_callback(lambda _applied, slot=slot: self._release(slot.size))  # type: ignore[misc]  # lambda with a default
-            outcome.acknowledged.add_done_callback(functools.partial(self._settle, slot, route))
+            outcome.acknowledged.add_done_callback(functools.partial(self._settle, slot, route, outcome))
         slots, obj.slots = obj.slots, []  # answered by the callbacks: nothing left for _fail
         applied = await asyncio.gather(*(outcome.applied for outcome in pending))
         if self._on_committed is not None:
@@ -420,11 +420,12 @@ class WalWriter:
             return  # nothing sequenced can be told apart in a malformed request
         self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
 
-    def _bar(self, slot: _Slot, error: ErrorCode) -> None:
-        """The slot did not reach the log: hold back its producers' later batches."""
+    def _bar(self, slot: _Slot, error: ErrorCode, route: object = None) -> None:
+        """The slot did not reach the log (or, sent `route`, may have: only batches sent
+        another way are held back): hold back its producers' later batches."""
         where = (slot.part.topic_id, slot.part.partition)
         for batch in slot.part.batches:
-            self._barriers.failed(where, parse_header(batch.header), error)
+            self._barriers.failed(where, parse_header(batch.header), error, route)
         self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
 
     def _hold_back(self, obj: _OpenObject) -> list[object]:
@@ -441,7 +442,7 @@ class WalWriter:
             if self._barriers:  # the usual case: none, and no header to look at
                 barrier = None
                 for batch in slot.part.batches:
-                    barrier = barrier or self._barriers.check(where, parse_header(batch.header))
+                    barrier = barrier or self._barriers.check(where, parse_header(batch.header), route)
                 if barrier is not None:
                     refusal = ApiError(
                         barrier.error,
@@ -466,14 +467,23 @@ class WalWriter:
             self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
         return routes
 
-    def _settle(self, slot: _Slot, route: object, acknowledged: asyncio.Future[CommitResult]) -> None:
+    def _settle(
+        self, slot: _Slot, route: object, outcome: PendingCommit, acknowledged: asyncio.Future[CommitResult]
+    ) -> None:
         """The slot's outcome is known: answer it, hold its producers' later batches back if it
-        failed, and only then stop counting it as unsettled (all in one callback, so that no
-        later batch slips through in between)."""
+        failed (only those sent another way if it may be in the log after all), or lift what
+        its success makes moot, and only then stop counting it as unsettled (all in one
+        callback, so that no later batch slips through in between)."""
+        where = (slot.part.topic_id, slot.part.partition)
         result = _answer(slot, acknowledged)
         if result.error_code and result.error_code not in _BATCH_ERRORS:
-            self._bar(slot, ErrorCode(result.error_code))
-        where = (slot.part.topic_id, slot.part.partition)
+            applied = outcome.applied.result()
+            maybe_in_log = not outcome.outcome_known or not applied.error_code
+            self._bar(slot, ErrorCode(result.error_code), route if maybe_in_log else None)
+        elif not result.error_code and self._barriers:  # the usual case: none, and no header to look at
+            for batch in slot.part.batches:
+                self._barriers.acknowledged(where, parse_header(batch.header))
+            self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
         sent = self._unsettled[where]
         sent[route] -= 1
         if not sent[route]:

@@ -761,3 +761,102 @@ def test_a_commit_after_one_that_never_arrived_is_refused_by_the_leader(tmp_path
         assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
 
     run(scenario())
+
+
+class DecidedByTheTest:
+    """A committer whose commits' outcomes the test decides."""
+
+    def __init__(self) -> None:
+        self.pending: list[list[PendingCommit]] = []
+
+    def route(self, topic_id: uuid.UUID, partition: int) -> str:
+        return "leader 0"
+
+    def commit(self, request: CommitRequest) -> list[PendingCommit]:
+        loop = asyncio.get_running_loop()
+        outcomes = [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
+        self.pending.append(outcomes)
+        return outcomes
+
+
+def test_a_later_batch_acknowledged_lifts_the_barrier_of_an_earlier_one_whose_answer_was_lost(
+    tmp_path: Path,
+) -> None:
+    """Cluster seed 30353: batch N's commit was applied but its answer lost (REQUEST_TIMED_OUT,
+    a barrier), N+1 was acknowledged, and librdkafka, taking N as delivered with N+1, never
+    sent N again: its next batches were refused until the barrier lapsed 10 s later."""
+    from broker.diskless.commit import CommitResult
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        committer = DecidedByTheTest()
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            committer,
+            None,
+            rig.metrics,
+            buffer_max_bytes=len(batch(0)),
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
+        first, second, third = sequence_batches(7, 3)
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        await _eventually(lambda: len(committer.pending) == 2)
+        lost = CommitResult(ErrorCode.REQUEST_TIMED_OUT, "commit to broker 0: connection lost")
+        for future in (committer.pending[0][0].applied, committer.pending[0][0].acknowledged):
+            future.set_result(lost)
+        done = CommitResult(0, None, 2, -1, 0, 4, 0, True)
+        for future in (committer.pending[1][0].applied, committer.pending[1][0].acknowledged):
+            future.set_result(done)
+        assert [(await a).error_code, (await b).error_code] == [ErrorCode.REQUEST_TIMED_OUT, 0]
+        [c] = writer.submit([rig.append(0, third)])
+        await _eventually(lambda: len(committer.pending) == 3 or c.done())
+        assert not c.done(), f"refused: {c.result() if c.done() else None}"
+        c.cancel()
+
+    run(scenario())
+
+
+def test_a_batch_whose_answer_was_lost_does_not_hold_back_the_producers_next_ones_sent_its_way(
+    tmp_path: Path,
+) -> None:
+    """Cluster seed 30353, the other order: batch N+1 was acknowledged first, then N's commit
+    call failed with its answer lost. The barrier held back every later batch of the producer,
+    which librdkafka (N taken as delivered with N+1) never retries: refused until the barrier
+    lapsed. Sent the same way as N, they follow it in order and are safe."""
+    from broker.diskless.commit import CommitResult
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        committer = DecidedByTheTest()
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            committer,
+            None,
+            rig.metrics,
+            buffer_max_bytes=len(batch(0)),
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
+        first, second, third = sequence_batches(7, 3)
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        await _eventually(lambda: len(committer.pending) == 2)
+        done = CommitResult(0, None, 2, -1, 0, 4, 0, True)
+        for future in (committer.pending[1][0].applied, committer.pending[1][0].acknowledged):
+            future.set_result(done)
+        assert (await b).error_code == 0
+        lost = CommitResult(ErrorCode.REQUEST_TIMED_OUT, "commit to broker 0: connection lost")
+        committer.pending[0][0].outcome_known = False
+        for future in (committer.pending[0][0].applied, committer.pending[0][0].acknowledged):
+            future.set_result(lost)
+        assert (await a).error_code == ErrorCode.REQUEST_TIMED_OUT
+        [c] = writer.submit([rig.append(0, third)])
+        await _eventually(lambda: len(committer.pending) == 3 or c.done())
+        assert not c.done(), f"refused: {c.result() if c.done() else None}"
+        c.cancel()
+
+    run(scenario())
