@@ -222,7 +222,9 @@ class Broker:
             config.wal_commit_deadline_ms,
             verify_txn=config.transaction_partition_verification_enable,
         )
-        self.commit_router = CommitRouter(self.node_id, self.committer, self.view, self.rpc_pool, self.metrics)
+        self.commit_router = CommitRouter(
+            self.node_id, self.committer, self.view, self.rpc_pool, self.metrics, self.incarnation
+        )
         self.uploads = RecentUploads()
         self.reference_reporter = ReferenceReporter(
             self.node_id, self.replica_manager, self.clock, config.wal_commit_deadline_ms, self.uploads

@@ -352,7 +352,15 @@ class BrokerMetrics:
         self.produce_barrier_refusals = Counter(
             "shoal_produce_barrier_refusals",
             "Diskless batches a representative refused because an earlier batch of their "
-            "producer failed and was not sent again yet.",
+            "producer failed and was not sent again yet, or because their partition's leader "
+            "changed while earlier batches sent to the previous one were unresolved.",
+            registry=r,
+        )
+        self.wal_commit_stream_closures = Counter(
+            "shoal_wal_commit_stream_closures",
+            "Commit streams to a leader that the leader closed because a commit of the stream "
+            "never arrived (or was refused as a whole): its later commits failed and a new "
+            "stream started.",
             registry=r,
         )
         self.cache_requests = Counter(

@@ -46,7 +46,7 @@ class AppendOutcome:
     log_append_time_ms: int
     log_start_offset: int
     appended_bytes: int
-    end_offset: int  # log end offset after the append: acks=all waits for the high watermark here
+    end_offset: int  # after the request's last batch (a duplicate's own): acks=all waits for the high watermark here
 
 
 def _end_txn(header: BatchHeader, data: memoryview | bytes | bytearray) -> EndTxn | None:
@@ -625,6 +625,7 @@ class Partition:
         the earlier ones are cut off again. A duplicate answers with its offsets.
         `end_txn`: the items are one transaction marker with this content."""
         first_offset = -1
+        end_offset = 0  # after the last batch appended, or the last duplicate's original offsets
         appended = 0
         append_time = items[0][0].max_timestamp if self.settings.log_append_time and items else -1
         start = self.log.log_end_offset
@@ -645,6 +646,7 @@ class Partition:
                 if isinstance(verdict, DuplicateBatch):
                     if first_offset < 0:
                         first_offset = verdict.base_offset
+                    end_offset = max(end_offset, verdict.last_offset + 1)
                     continue
                 if verdict is not None:
                     raise ApiError(verdict, self._refusal(header, verdict))
@@ -654,6 +656,7 @@ class Partition:
                 )
                 if first_offset < 0:
                     first_offset = result.base_offset
+                end_offset = self.log.log_end_offset
                 appended += header.size
         except BaseException as exc:
             if self.log.log_end_offset > start:
@@ -669,7 +672,7 @@ class Partition:
         if appended:
             self.advance_high_watermark()
             self._on_append(self)
-        return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended, self.log.log_end_offset)
+        return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended, end_offset)
 
     def _refusal(self, header: BatchHeader, verdict: ErrorCode) -> str:
         what = f"producer {header.producer_id} epoch {header.producer_epoch} sequence {header.base_sequence}"

@@ -28,6 +28,7 @@ from walfiles.keys import parse_wal_id
 
 from ..log.coordinates import make_ref
 from ..protocol.errors import ApiError, ErrorCode
+from .commit_streams import CommitStream, CommitStreams
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -66,6 +67,7 @@ class CommitRequest(msgspec.Struct, array_like=True, frozen=True, tag="commit"):
     version: int
     object_id: str
     partitions: list[CommitPartition]  # in arrival order; a partition may appear more than once
+    stream: CommitStream | None = None  # remote commits (commit_streams.py); None: local, or an older sender
 
 
 class CommitResult(msgspec.Struct, array_like=True, frozen=True):
@@ -82,6 +84,9 @@ class CommitResult(msgspec.Struct, array_like=True, frozen=True):
 class CommitResponse(msgspec.Struct, array_like=True, frozen=True, tag="commit_response"):
     version: int
     results: list[CommitResult]  # one per CommitRequest.partitions entry, same order
+    # >= 0: the request's stream is closed from this position on; no commit of it from there
+    # was applied or ever will be (commit_streams.py)
+    stream_closed_from: int = -1
 
 
 class WaitPartition(msgspec.Struct, array_like=True, frozen=True):
@@ -132,6 +137,11 @@ class PendingCommit:
 
 
 class Committer(Protocol):
+    def route(self, topic_id: uuid.UUID, partition: int) -> object:
+        """Where a commit of the partition would go now (a hashable token: leader, leader
+        epoch, commit stream). The WAL writer holds a partition's idempotent batches back
+        while earlier ones sent another way are unresolved (wal_writer.py)."""
+
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         """Called in seal order: the call itself takes the commit's place in the leaders'
         order (so the next object may be committed at once). One PendingCommit per
@@ -177,6 +187,11 @@ class LocalCommitter:
         self._replicas = replicas
         self._clock = clock
         self._deadline_ms = deadline_ms
+        self._streams = CommitStreams()  # representatives' commit streams to this leader
+
+    def route(self, topic_id: uuid.UUID, partition: int) -> object:
+        """Every commit is applied here, in place: one route."""
+        return "local"
 
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         response = self.apply(request)
@@ -224,12 +239,12 @@ class LocalCommitter:
         finally:
             for wait in waits:
                 if not wait.done():
-                    wait.cancel()
+                    wait.cancel()  # done only once it runs: below it still reads as not done
                 elif not wait.cancelled():
                     wait.exception()  # retrieved: when this call is cancelled nobody reads it below
         results = []
         for wait in waits:
-            if wait.cancelled():
+            if not wait.done() or wait.cancelled():
                 results.append(WaitResult(False))
             elif isinstance(wait.exception(), ApiError):
                 error = wait.exception()
@@ -247,6 +262,14 @@ class LocalCommitter:
         if request.version != COMMIT_VERSION:
             error = ApiError(ErrorCode.UNSUPPORTED_VERSION, f"commit version {request.version} is not supported")
             return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
+        stream = request.stream
+        if stream is not None and (closed_from := self._streams.admit(stream)) is not None:
+            error = ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"commit {stream.sequence} of broker {stream.node_id}'s stream {stream.number} follows one that never "
+                "arrived: not committed, retry the produce",
+            )
+            return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions), closed_from)
         created_ms = parse_wal_id(request.object_id)[0]
         age_ms = self._clock.now_ms() - created_ms
         if age_ms > self._deadline_ms:
@@ -255,7 +278,8 @@ class LocalCommitter:
                 f"WAL object {request.object_id} is {age_ms} ms old, past wal.commit.deadline.ms="
                 f"{self._deadline_ms}: not committed, retry the produce",
             )
-            return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions))
+            closed_from = -1 if stream is None else self._streams.close(stream)  # nothing of the stream after it
+            return CommitResponse(COMMIT_VERSION, [failed(error)] * len(request.partitions), closed_from)
         return CommitResponse(COMMIT_VERSION, [self._apply_partition(request.object_id, p) for p in request.partitions])
 
     def _partition(self, topic_id: uuid.UUID, index: int) -> "Partition":

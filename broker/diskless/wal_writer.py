@@ -22,7 +22,18 @@ Failure: an object whose upload fails (after the store's retries) fails every sl
 KAFKA_STORAGE_ERROR (retriable) and commits nothing. A commit error fails only its partitions.
 Either way, an idempotent producer's later batches of those partitions, in this object or in
 later ones, are refused with the same error until it sends the failed batch again
-(producers/barriers.py): nothing of a producer lands behind a gap.
+(producers/barriers.py): nothing of a producer lands behind a gap. The same holds when a
+slot's acknowledgement fails (acks=all not satisfied: the batch may be cut off with the
+leader's tail).
+
+A partition's leader can change while its earlier commits are unresolved. A Kafka client
+then waits for its requests to the old leader before producing to the new one (librdkafka
+drains the partition), since the new leader knows nothing of what the old one may still
+refuse or lose. The writer does the same for idempotent batches: a slot whose partition has
+unsettled slots (not yet acknowledged or failed) sent another way (`Committer.route`: the
+leader, its epoch, the commit stream) fails at once with NOT_LEADER_OR_FOLLOWER and holds
+back its producers' later batches; a slot settles, and is held against later ones, in the
+one callback that answers it.
 
 Backpressure (`wal.max.inflight.bytes`): a slot's bytes count from admission until its
 commit is applied (or the object fails); a submit that would pass the bound waits in a FIFO queue (and seals the
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -46,7 +58,7 @@ from walfiles.keys import WalKey, WalKeyAllocator
 
 from ..clock import Clock, SystemClock
 from ..objectstore import ObjectWriter
-from ..producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
+from ..producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers, sequenced
 from ..protocol.batch import BatchFormatError, parse_header, split_batches
 from ..protocol.errors import ApiError, ErrorCode
 from .commit import (
@@ -173,6 +185,9 @@ class WalWriter:
         self._waiting: collections.deque[_Waiting] = collections.deque()
         self._last_dispatched: asyncio.Future[None] | None = None
         self._ships: set[asyncio.Task[None]] = set()
+        # (topic id, partition) -> route -> slots sent that way and not yet settled; bounded by
+        # the slots in flight (wal.max.inflight.bytes), empty once they are answered
+        self._unsettled: dict[tuple[uuid.UUID, int], dict[object, int]] = {}
 
     @property
     def inflight_bytes(self) -> int:
@@ -323,7 +338,7 @@ class WalWriter:
                 self._cache.put_object(key.object_id, data)
             if previous is not None:
                 await previous  # commits go in seal order; never fails
-            self._hold_back(obj)
+            routes = self._hold_back(obj)
             if not obj.slots:
                 return
             started = self._clock.monotonic()
@@ -337,14 +352,13 @@ class WalWriter:
             return
         finally:
             _done(obj.dispatched)
-        for slot, outcome in zip(obj.slots, pending):
+        for slot, route, outcome in zip(obj.slots, routes, pending):
+            sent = self._unsettled.setdefault((slot.part.topic_id, slot.part.partition), {})
+            sent[route] = sent.get(route, 0) + 1  # until _settle
             outcome.applied.add_done_callback(lambda _applied, slot=slot: self._release(slot.size))  # type: ignore[misc]  # lambda with a default
-            outcome.acknowledged.add_done_callback(lambda acknowledged, slot=slot: _answer(slot, acknowledged))  # type: ignore[misc]  # lambda with a default
+            outcome.acknowledged.add_done_callback(functools.partial(self._settle, slot, route, outcome))
         slots, obj.slots = obj.slots, []  # answered by the callbacks: nothing left for _fail
         applied = await asyncio.gather(*(outcome.applied for outcome in pending))
-        for slot, result in zip(slots, applied):
-            if result.error_code and result.error_code not in _BATCH_ERRORS:
-                self._bar(slot, ErrorCode(result.error_code))
         if self._on_committed is not None:
             report = asyncio.get_running_loop().create_task(self._report(key.object_id, slots, pending, applied))
             self._reports.add(report)
@@ -409,39 +423,76 @@ class WalWriter:
             return  # nothing sequenced can be told apart in a malformed request
         self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
 
-    def _bar(self, slot: _Slot, error: ErrorCode) -> None:
-        """The slot did not reach the log: hold back its producers' later batches."""
+    def _bar(self, slot: _Slot, error: ErrorCode, route: object = None) -> None:
+        """The slot did not reach the log (or, sent `route`, may have: only batches sent
+        another way are held back): hold back its producers' later batches."""
         where = (slot.part.topic_id, slot.part.partition)
         for batch in slot.part.batches:
-            self._barriers.failed(where, parse_header(batch.header), error)
+            self._barriers.failed(where, parse_header(batch.header), error, route)
         self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
 
-    def _hold_back(self, obj: _OpenObject) -> None:
+    def _hold_back(self, obj: _OpenObject) -> list[object]:
         """Fail the slots whose producer has an earlier batch of the partition that failed
-        and was not sent again yet (producers/barriers.py), with that batch's error."""
-        if not self._barriers:
-            return  # the usual case: no header to look at
-        kept = []
+        and was not sent again yet (producers/barriers.py), with that batch's error, and the
+        idempotent slots whose partition has unsettled slots sent another way. Returns the
+        route of each slot kept."""
+        kept, routes = [], []
+        barred = bool(self._barriers)
         for slot in obj.slots:
             where = (slot.part.topic_id, slot.part.partition)
-            barrier = None
-            for batch in slot.part.batches:
-                barrier = barrier or self._barriers.check(where, parse_header(batch.header))
-            if barrier is None:
-                kept.append(slot)
-                continue
-            self._metrics.produce_barrier_refusals.inc()
-            slot.future.set_result(
-                failed(
-                    ApiError(
+            route = self._committer.route(*where)
+            refusal = None
+            if self._barriers:  # the usual case: none, and no header to look at
+                barrier = None
+                for batch in slot.part.batches:
+                    barrier = barrier or self._barriers.check(where, parse_header(batch.header), route)
+                if barrier is not None:
+                    refusal = ApiError(
                         barrier.error,
                         f"an earlier batch of this producer (sequence {barrier.first_sequence}) failed: retry it first",
                     )
+            sent = self._unsettled.get(where)
+            if refusal is None and sent and any(r != route for r in sent) and _sequenced(slot):
+                refusal = ApiError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    "the partition's leader changed while earlier batches sent to the previous one are unresolved",
                 )
-            )
+                self._bar(slot, refusal.code)
+            if refusal is None:
+                kept.append(slot)
+                routes.append(route)
+                continue
+            self._metrics.produce_barrier_refusals.inc()
+            slot.future.set_result(failed(refusal))
             self._release(slot.size)
         obj.slots = kept
-        self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
+        if barred or self._barriers:
+            self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
+        return routes
+
+    def _settle(
+        self, slot: _Slot, route: object, outcome: PendingCommit, acknowledged: asyncio.Future[CommitResult]
+    ) -> None:
+        """The slot's outcome is known: answer it, hold its producers' later batches back if it
+        failed (only those sent another way if it may be in the log after all), or lift what
+        its success makes moot, and only then stop counting it as unsettled (all in one
+        callback, so that no later batch slips through in between)."""
+        where = (slot.part.topic_id, slot.part.partition)
+        result = _answer(slot, acknowledged)
+        if result.error_code and result.error_code not in _BATCH_ERRORS:
+            applied = outcome.applied.result()
+            maybe_in_log = not outcome.outcome_known or not applied.error_code
+            self._bar(slot, ErrorCode(result.error_code), route if maybe_in_log else None)
+        elif not result.error_code and self._barriers:  # the usual case: none, and no header to look at
+            for batch in slot.part.batches:
+                self._barriers.acknowledged(where, parse_header(batch.header))
+            self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
+        sent = self._unsettled[where]
+        sent[route] -= 1
+        if not sent[route]:
+            del sent[route]
+            if not sent:
+                del self._unsettled[where]
 
     def _fail(self, obj: _OpenObject, error: ApiError) -> None:
         """Nothing of the object was committed: answer every slot, free its bytes."""
@@ -462,13 +513,19 @@ class WalWriter:
         self._metrics.wal_inflight_bytes.set(self._inflight_bytes)
 
 
-def _answer(slot: _Slot, acknowledged: asyncio.Future[CommitResult]) -> None:
-    if slot.future.done():
-        return
+def _answer(slot: _Slot, acknowledged: asyncio.Future[CommitResult]) -> CommitResult:
     if acknowledged.cancelled() or acknowledged.exception() is not None:
-        slot.future.set_result(failed(ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "the commit's outcome was lost")))
+        result = failed(ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "the commit's outcome was lost"))
     else:
-        slot.future.set_result(acknowledged.result())
+        result = acknowledged.result()
+    if not slot.future.done():
+        slot.future.set_result(result)
+    return result
+
+
+def _sequenced(slot: _Slot) -> bool:
+    """Some batch of the slot has a producer id and a sequence (idempotent or transactional)."""
+    return any(sequenced(parse_header(batch.header)) for batch in slot.part.batches)
 
 
 def _done(future: asyncio.Future[None] | None) -> None:

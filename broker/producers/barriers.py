@@ -22,19 +22,31 @@ the ones after it (they drain the partition first), so the refused batches come 
 A partition leader keeps barriers too, for batches it failed to write (a disk error; too few
 in-sync replicas for acks=all): a Kafka leader takes the whole log directory offline instead.
 
+A batch whose outcome is unknown (its commit's answer was lost) or whose acks=all wait
+failed may be in the log after all. Its barrier holds back only the batches sent another way
+(another leader, leader epoch or commit stream, `route`): those sent its way follow it in
+order, as on one connection, and are safe.
+
+A later batch of the producer acknowledged lifts the barrier too: the leader took it in
+sequence, so the failed one is in the log before it (its answer was lost, say), and the
+client, which takes every earlier batch as delivered with it (librdkafka's implicit
+acknowledgement), will never send the failed one again.
+
 Bounded: at most `max_entries` barriers per representative and per partition leader
 (`producer.sequence.barriers.max`; the oldest is dropped: its producer may then see the
 out-of-sequence answer described above, as without barriers), and a barrier lapses
 MAX_AGE_S after the failure it stands for (each failure of the retry renews it). A producer
 that retried somewhere else (its partition's leader or representative moved) and came back
-with later sequences must not be refused for ever.
+with later sequences must not be refused for ever. The batches a barrier refused failed
+too, so a lapse leaves no gap: the barrier moves to the first of them (with a new age), and
+the producer, which retries in order, sends that one first.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable
 
 from ..protocol.batch import NO_SEQUENCE, BatchHeader
@@ -51,6 +63,12 @@ class Barrier:
     first_sequence: int
     error: ErrorCode
     since: float  # when the failure happened (the owner's monotonic clock, seconds)
+    refused: int = NO_SEQUENCE  # the first sequence it refused since: where it moves when it lapses
+    # None: batches sent any way are held back. Otherwise the failed batch may be in the log
+    # after all (its answer was lost, or its acks=all wait failed), and only batches sent
+    # another way than it (another leader, leader epoch or commit stream) could land ahead of
+    # it: those sent its way follow it in order, as on one connection.
+    route: object = None
 
 
 class SequenceBarriers:
@@ -62,9 +80,10 @@ class SequenceBarriers:
     def __len__(self) -> int:
         return len(self._barriers)
 
-    def failed(self, partition: Hashable, header: BatchHeader, error: ErrorCode) -> None:
-        """`header`'s batch failed without reaching the log."""
-        if not _sequenced(header):
+    def failed(self, partition: Hashable, header: BatchHeader, error: ErrorCode, route: object = None) -> None:
+        """`header`'s batch failed without reaching the log, or (`route`: the way it was
+        sent) may have reached it although its answer says otherwise."""
+        if not sequenced(header):
             return
         key = (partition, header.producer_id)
         held = self._live(key)
@@ -72,37 +91,76 @@ class SequenceBarriers:
             held is not None
             and held.epoch == header.producer_epoch
             and _after(header.base_sequence, held.first_sequence)
-        ):
-            return  # an earlier barrier of this epoch already holds this one back
-        self._barriers[key] = Barrier(header.producer_epoch, header.base_sequence, error, self._monotonic())
+        ):  # an earlier barrier of this epoch already holds this one back
+            if held.route is None or held.route != route:  # not one more maybe-in-the-log batch its way
+                self._refused(key, held, header)
+            if held.route is not None and held.route != route:  # failing another way too: hold back every way
+                self._barriers[key] = replace(self._barriers[key], route=None)
+            return
+        self._barriers[key] = Barrier(
+            header.producer_epoch, header.base_sequence, error, self._monotonic(), route=route
+        )
         self._barriers.move_to_end(key)
         while len(self._barriers) > self._max_entries:
             self._barriers.popitem(last=False)
 
-    def check(self, partition: Hashable, header: BatchHeader) -> Barrier | None:
-        """The barrier that refuses `header`'s batch, or None; a batch that retries the failed
-        one (at or below its sequence) or starts a newer epoch lifts the barrier."""
-        if not _sequenced(header):
+    def check(self, partition: Hashable, header: BatchHeader, route: object = None) -> Barrier | None:
+        """The barrier that refuses `header`'s batch (about to be sent `route`), or None; a
+        batch that retries the failed one (at or below its sequence) or starts a newer epoch
+        lifts the barrier."""
+        if not sequenced(header):
             return None
         key = (partition, header.producer_id)
         held = self._live(key)
         if held is None:
             return None
         if header.producer_epoch == held.epoch and _after(header.base_sequence, held.first_sequence):
+            if held.route is not None and held.route == route:
+                return None  # it follows the failed one the same way, in order
+            self._refused(key, held, header)
             return held
         if header.producer_epoch >= held.epoch:  # the retry, or a bumped epoch: in order again
             del self._barriers[key]
         return None
 
+    def acknowledged(self, partition: Hashable, header: BatchHeader) -> None:
+        """`header`'s batch is in the log and acknowledged: a barrier of its producer at or
+        before it (or of an older epoch) stands for nothing any more."""
+        if not sequenced(header):
+            return
+        key = (partition, header.producer_id)
+        held = self._barriers.get(key)
+        if held is None or header.producer_epoch < held.epoch:
+            return
+        if header.producer_epoch == held.epoch and _after(held.first_sequence, header.base_sequence):
+            return  # an earlier batch: the failed one may still be missing
+        if (
+            header.producer_epoch == held.epoch
+            and held.refused != NO_SEQUENCE
+            and _after(held.refused, header.base_sequence)
+        ):  # the batches it refused after this one are still missing
+            self._barriers[key] = Barrier(held.epoch, held.refused, held.error, self._monotonic())
+            return
+        del self._barriers[key]
+
+    def _refused(self, key: tuple[Hashable, int], held: Barrier, header: BatchHeader) -> None:
+        """`header`'s batch, after the barrier's, failed or was refused: remember the first."""
+        if held.refused == NO_SEQUENCE or _after(held.refused, header.base_sequence):
+            self._barriers[key] = replace(held, refused=header.base_sequence)
+
     def _live(self, key: tuple[Hashable, int]) -> Barrier | None:
         held = self._barriers.get(key)
         if held is not None and self._monotonic() - held.since > MAX_AGE_S:
-            del self._barriers[key]
-            return None
+            if held.refused == NO_SEQUENCE:
+                del self._barriers[key]
+                return None
+            # The batches it refused failed too: hold back what follows the first of them.
+            held = self._barriers[key] = Barrier(held.epoch, held.refused, held.error, self._monotonic())
         return held
 
 
-def _sequenced(header: BatchHeader) -> bool:
+def sequenced(header: BatchHeader) -> bool:
+    """A batch with a producer id and a sequence (idempotent or transactional, not a marker)."""
     return header.producer_id >= 0 and header.base_sequence != NO_SEQUENCE and not header.is_control
 
 

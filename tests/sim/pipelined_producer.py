@@ -10,9 +10,12 @@ librdkafka trusts exactly that. It waits for every request in flight to answer (
 bumps the producer epoch locally and sends every unacknowledged message again from sequence
 0; had N landed after all, it would now be in the log twice, the second copy after N+1.
 
-Per partition: messages in order, each sent as one batch, up to MAX_IN_FLIGHT in flight;
-a retriable error or a lost connection sends the same (epoch, sequence) again once nothing of
-the partition is in flight (rd_kafka_idemp_drain_toppar); success or DUPLICATE_SEQUENCE_NUMBER
+Per partition: messages in order, each sent as one batch, up to MAX_IN_FLIGHT in flight, all
+to one broker: when the partition's leader (here its representative) changes, nothing goes to
+the new one until every request to the old one has answered ("wait for outstanding requests
+to finish before producing to new leader", rdkafka_broker.c); a retriable error or a lost
+connection sends the same (epoch, sequence) again once nothing of the partition is in flight
+(rd_kafka_idemp_drain_toppar); success or DUPLICATE_SEQUENCE_NUMBER
 acknowledges the message and every earlier one still unacknowledged (rd_kafka_dr_implicit_ack:
 in sequence order, a later batch lands only after the earlier ones). OUT_OF_ORDER with a sequence past the next one to be
 acknowledged is the drain-and-bump case; at or below it librdkafka raises a fatal error
@@ -66,6 +69,7 @@ class _Partition:
     next_sequence: int = 0
     next_ack: int = 0  # librdkafka's next_ack_seq
     in_flight: int = 0
+    broker: int = -1  # where its requests in flight went
     created: int = 0
     draining: bool = False  # after a retriable error: nothing is sent until nothing is in flight
 
@@ -82,6 +86,7 @@ async def produce_pipelined(
     draining = False
     stale = True
     answers: set[asyncio.Task[None]] = set()
+    trace = cluster.sim.trace
 
     def answered(key: Key, message: _Message, response: Any | BaseException) -> None:
         nonlocal stale, draining
@@ -90,6 +95,9 @@ async def produce_pipelined(
         message.in_flight = False
         attempt = message.sent.attempts[-1]
         if isinstance(response, BaseException):  # lost connection: may or may not be in the log
+            trace.record(
+                f"client:{name}", "%s %s via %s: %r", message.sent.batch, attempt.wire, attempt.connection, response
+            )
             attempt.outcome = "ambiguous"
             stale = part.draining = True
             return
@@ -98,6 +106,9 @@ async def produce_pipelined(
         result = response.responses[0].partition_responses[0]
         code = ErrorCode(result.error_code)
         attempt.error = code
+        trace.record(
+            f"client:{name}", "%s %s via %s: %s", message.sent.batch, attempt.wire, attempt.connection, code.name
+        )
         if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
             attempt.outcome = "acked"
             if code == ErrorCode.NONE:
@@ -142,6 +153,7 @@ async def produce_pipelined(
                 await asyncio.sleep(0.01)
                 continue
             epoch, draining = epoch + 1, False  # librdkafka bumps an idempotent producer's epoch locally
+            trace.record(f"client:{name}", "drained: epoch bumped to %d", epoch)
             for part in state.values():
                 part.next_sequence = part.next_ack = 0
         if stale:
@@ -149,6 +161,7 @@ async def produce_pipelined(
             if stale:
                 await asyncio.sleep(0.25)
                 continue
+            trace.record(f"client:{name}", "metadata: %s", sorted(metadata.leaders.items()))
         if now < until_s:
             key = partitions[rng.randrange(len(partitions))]
             part = state[key]
@@ -165,6 +178,7 @@ async def produce_pipelined(
             if key in metadata.leaders
             and not part.draining
             and part.in_flight < MAX_IN_FLIGHT
+            and (part.in_flight == 0 or part.broker == metadata.leaders[key])
             and any(not m.in_flight for m in part.queue)
         ]
         if not sendable:
@@ -192,9 +206,17 @@ async def produce_pipelined(
         records = make_batch(
             message.sent.batch, cluster.sim.clock.now_ms(), producer_id, message.sequence, producer_epoch=epoch
         )
+        trace.record(
+            f"client:{name}",
+            "send %s %s via %s",
+            message.sent.batch,
+            message.sent.attempts[-1].wire,
+            message.sent.attempts[-1].connection,
+        )
         request = one_batch_produce(key, records)
         message.in_flight = True
         part.in_flight += 1
+        part.broker = metadata.leaders[key]
         answer = conn.send(request, PRODUCE_V)
 
         async def wait(key: Key, message: _Message, answer: asyncio.Future[Any]) -> None:

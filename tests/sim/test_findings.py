@@ -45,6 +45,9 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
         committed: list[str] = []
 
         class Committer:
+            def route(self, topic_id: object, partition: int) -> None:
+                return None
+
             def commit(self, request: CommitRequest) -> list[PendingCommit]:
                 committed.append(request.object_id)
                 done = resolved(CommitResult(0, None, 0, -1, 0, 1, 0, True))

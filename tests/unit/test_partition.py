@@ -205,3 +205,22 @@ def test_a_former_leader_drops_the_epoch_it_never_wrote_to(tmp_path: Path, clock
     assert partition.epochs.latest_epoch == 1
     partition.truncate_to(2)  # the new leader: epoch 1 is not mine, epoch 0 ends at 2
     assert partition.epochs.latest_epoch == 0 and partition.log.log_end_offset == 2
+
+
+def test_a_duplicate_waits_for_its_own_offsets_not_the_log_end(tmp_path: Path, clock: ManualClock) -> None:
+    """Cluster seed 8017: a retried batch answered as a duplicate waited (acks=all) for the
+    high watermark to reach the whole log end, as if it had just been appended at the end.
+    Behind an unreplicated tail, a leader change during that wait answered
+    NOT_LEADER_OR_FOLLOWER, which librdkafka takes as "not persisted", for a batch that was
+    committed; its next epoch bump then stored it a second time. Kafka waits for the
+    duplicate's own last offset."""
+    partition = open_partition(tmp_path, clock)
+    partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 1, [0, 1]), 2)
+    assert partition.append_records(batch(0), acks=-1).end_offset == 2
+    assert partition.leader_state is not None
+    partition.leader_state.on_follower_fetch(1, 2, 2, clock.now_ms())  # replicated
+    partition.advance_high_watermark()
+    assert partition.append_records(batch(2), acks=-1).end_offset == 4  # not replicated
+    retry = partition.append_records(batch(0), acks=-1)
+    assert (retry.base_offset, retry.end_offset) == (0, 2)
+    assert partition.log.high_watermark >= retry.end_offset, "acknowledged at once"

@@ -77,3 +77,62 @@ def test_a_barrier_lapses_so_a_producer_that_retried_elsewhere_is_not_refused_fo
     assert barriers.check(P, header(40)) is not None
     now[0] += MAX_AGE_S
     assert barriers.check(P, header(40)) is None and len(barriers) == 0
+
+
+def test_a_lapsing_barrier_leaves_no_gap_behind_the_batches_it_refused() -> None:
+    """Cluster seed 30353: a barrier refused a producer's batches 10-12 just before it lapsed
+    and let 13 through just after: 13 reached the leader with 10-12 missing
+    (OUT_OF_ORDER_SEQUENCE_NUMBER; librdkafka bumped its epoch and stored its other
+    partitions' possibly-persisted messages a second time). The batches a barrier refused
+    failed too: once it lapses, they hold back what follows the first of them."""
+    now = [100.0]
+    barriers = SequenceBarriers(10, lambda: now[0])
+    barriers.failed(P, header(5), ErrorCode.REQUEST_TIMED_OUT)
+    assert barriers.check(P, header(10)) is not None
+    assert barriers.check(P, header(11)) is not None
+    now[0] += MAX_AGE_S + 1
+    held = barriers.check(P, header(13))
+    assert held is not None and held.first_sequence == 10, "10 and 11 were refused: 13 would land behind a gap"
+    assert barriers.check(P, header(10)) is None, "the retry of the first refused one goes through"
+    assert barriers.check(P, header(11)) is None and len(barriers) == 0
+    # a later batch that failed on its own (it was sent before the barrier) counts the same
+    barriers.failed(P, header(20), ErrorCode.REQUEST_TIMED_OUT)
+    barriers.failed(P, header(22), ErrorCode.REQUEST_TIMED_OUT)
+    now[0] += MAX_AGE_S + 1
+    held = barriers.check(P, header(23))
+    assert held is not None and held.first_sequence == 22
+
+
+def test_a_later_batch_of_the_producer_acknowledged_lifts_its_barrier() -> None:
+    """Cluster seed 30353: batch 5's commit was applied but its answer lost (REQUEST_TIMED_OUT),
+    and batch 9 of the same producer was acknowledged. librdkafka takes 5-8 as delivered with 9
+    and never sends them again, so the barrier at 5 refused the producer's next batches until
+    it lapsed (10 s). A later batch acknowledged means the earlier ones are in the log before
+    it (the leader checks sequences): nothing is held back any more."""
+    barriers = SequenceBarriers(10, fixed_now)
+    barriers.failed(P, header(5), ErrorCode.REQUEST_TIMED_OUT)
+    barriers.acknowledged(P, header(4))  # an earlier one: lifts nothing
+    barriers.acknowledged(P, header(9, producer_id=8))  # another producer's
+    assert len(barriers) == 1
+    barriers.acknowledged(P, header(9))
+    assert barriers.check(P, header(10)) is None and len(barriers) == 0
+    # what the barrier refused after the acknowledged batch is still missing
+    barriers.failed(P, header(20), ErrorCode.REQUEST_TIMED_OUT)
+    assert barriers.check(P, header(25)) is not None
+    barriers.acknowledged(P, header(22))
+    held = barriers.check(P, header(26))
+    assert held is not None and held.first_sequence == 25
+    assert barriers.check(P, header(25)) is None
+
+
+def test_a_batch_that_may_be_in_the_log_holds_back_only_what_is_sent_another_way() -> None:
+    """Its commit's answer was lost, or its acks=all wait failed: batches sent its way (same
+    leader, leader epoch and commit stream) follow it in order and are safe; only those sent
+    another way could land ahead of it. A failure that is known not to have reached the log
+    holds back every way."""
+    barriers = SequenceBarriers(10, fixed_now)
+    barriers.failed(P, header(5), ErrorCode.REQUEST_TIMED_OUT, route="leader 1")
+    assert barriers.check(P, header(10), "leader 1") is None and len(barriers) == 1
+    assert barriers.check(P, header(10), "leader 2") is not None
+    barriers.failed(P, header(7), ErrorCode.KAFKA_STORAGE_ERROR)  # a later one known not to be in the log
+    assert barriers.check(P, header(10), "leader 1") is not None

@@ -36,6 +36,9 @@ class Store:
 
 
 class Committer:
+    def route(self, topic_id: object, partition: int) -> None:
+        return None
+
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         done = resolved(CommitResult(0, None, 0, -1, 0, 1, 0, True))
         return [PendingCommit(done, done) for _ in request.partitions]

@@ -355,6 +355,9 @@ def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
 
 def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_commits_once(tmp_path: Path) -> None:
     class NeverAnswers:
+        def route(self, topic_id: uuid.UUID, partition: int) -> None:
+            return None
+
         def commit(self, request: CommitRequest):  # type: ignore[no-untyped-def]
             loop = asyncio.get_running_loop()  # the broker dies before the leader is asked
             return [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
@@ -468,7 +471,10 @@ def remote_writer(rig: Rig, leader: LeaderBroker, partitions: int) -> WalWriter:
     from broker.diskless.commit_router import CommitRouter
 
     view = SimpleNamespace(
-        partitions={(str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0)) for i in range(partitions)},
+        partitions={
+            (str(TOPIC_ID), i): SimpleNamespace(record=SimpleNamespace(leader=0, leader_epoch=0))
+            for i in range(partitions)
+        },
         brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=1)},
     )
     router = CommitRouter(5, rig.committer, view, leader, rig.metrics)  # type: ignore[arg-type]
@@ -586,5 +592,273 @@ def test_batches_refused_as_not_the_representative_hold_back_the_producers_next_
         [a] = rig.writer.submit([rig.append(0, first)])
         [b] = rig.writer.submit([rig.append(0, second)])
         assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())
+
+
+def test_a_replication_wait_answers_the_partitions_still_waiting_as_not_done(tmp_path: Path) -> None:
+    """Cluster seed 8017: a ReplicationWaitRequest whose partitions were not all replicated in
+    time raised InvalidStateError at the leader (it read the exception of a wait it had just
+    cancelled, which is not done yet), so the representative answered every partition of it
+    REQUEST_TIMED_OUT ("possibly persisted") although they were appended, instead of asking
+    again for the ones still waiting."""
+    from broker.diskless.commit import COMMIT_VERSION, ReplicationWaitRequest, WaitPartition
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        _stuck_follower(rig.partitions[1])
+        futures = rig.writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
+        assert (await asyncio.wait_for(futures[0], 5)).error_code == 0
+        answer = await rig.committer.answer_wait(
+            ReplicationWaitRequest(
+                COMMIT_VERSION,
+                200,
+                [WaitPartition(TOPIC_ID, 0, 0, 2), WaitPartition(TOPIC_ID, 1, 1, 2)],
+            )
+        )
+        assert [(r.done, r.error_code) for r in answer.results] == [(True, 0), (False, 0)]
+        futures[1].cancel()
+
+    run(scenario())
+
+
+class Leaders:
+    """An RPC pool reaching several leader brokers, each a LeaderBroker."""
+
+    def __init__(self, leaders: dict[int, LeaderBroker]) -> None:
+        self.leaders = leaders
+
+    def get(self, node_id: int, host: str, port: int) -> LeaderBroker:
+        return self.leaders[node_id]
+
+
+def moving_writer(rig: Rig, pool: object) -> tuple[WalWriter, SimpleNamespace]:
+    """A WAL writer on broker 5 for partition 0, led by broker 0 until the test changes the
+    returned record (the representative's view of the partition)."""
+    from broker.diskless.commit_router import CommitRouter
+
+    record = SimpleNamespace(leader=0, leader_epoch=0)
+    view = SimpleNamespace(
+        partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=record)},
+        brokers={n: SimpleNamespace(rpc_host=f"b{n}", rpc_port=1) for n in (0, 1)},
+    )
+    router = CommitRouter(5, rig.committer, view, pool, rig.metrics)  # type: ignore[arg-type]
+    writer = WalWriter(
+        rig.store,
+        WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+        router,
+        None,
+        rig.metrics,
+        buffer_max_bytes=len(batch(0)),  # one batch per object: one commit each
+        linger_ms=5,
+        max_inflight_bytes=64 << 20,
+    )
+    return writer, record
+
+
+async def _eventually(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def test_a_later_batch_waits_while_an_earlier_one_is_unresolved_at_the_previous_leader(tmp_path: Path) -> None:
+    """Gap (a) of issue 26 item 7: the representative's commits are pipelined, so when a
+    partition's leader moved while its commit of batch N to the old leader was still
+    unresolved (here appended, waiting for acks=all), batch N+1 went to the new leader, which
+    did not know the producer and took it at offset 0 (KIP-360: any sequence); N, lost with
+    the old leader's tail, then came after it (librdkafka: OUT_OF_ORDER, an epoch bump, and
+    its other partitions' possibly-persisted messages stored twice: cluster seed 8017).
+    librdkafka drains a partition before producing to its new leader; so must the
+    representative."""
+
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        old, new = Rig(tmp_path / "old", store, partitions=1), Rig(tmp_path / "new", store, partitions=1)
+        _stuck_follower(old.partitions[0])  # acks=all waits at the old leader
+        writer, record = moving_writer(old, Leaders({0: LeaderBroker(old.committer), 1: LeaderBroker(new.committer)}))
+        first, second = sequence_batches(7, 2)
+        [a] = writer.submit([old.append(0, first)])
+        await _eventually(lambda: old.partitions[0].log.log_end_offset == 2)  # appended, acks pending
+        record.leader, record.leader_epoch = 1, 1  # the representative learns of the move first
+        [b] = writer.submit([old.append(0, second)])
+        held = await asyncio.wait_for(b, 5)
+        assert new.partitions[0].log.log_end_offset == 0, "nothing lands at the new leader behind the gap"
+        assert held.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode(held.error_code).name
+        old.partitions[0].make_follower(PartitionStateRecord(1, [0, 1], 1, 2, [1]), 3)  # its tail is lost
+        assert (await asyncio.wait_for(a, 5)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # the producer retries in order: both land at the new leader, in sequence order
+        [a] = writer.submit([old.append(0, first)])
+        [b] = writer.submit([old.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())
+
+
+def test_a_batch_whose_acknowledgement_failed_holds_back_the_producers_next_ones(tmp_path: Path) -> None:
+    """Gap (a), after the old leader answered: batch N was appended by the old leader, which
+    then lost leadership with N unreplicated (its acks=all wait failed with
+    NOT_LEADER_OR_FOLLOWER). Only failed *commits* held the producer's later batches back, so
+    N+1 went to the new leader and landed ahead of N's retry."""
+
+    async def scenario() -> None:
+        store = MemoryObjectStore()
+        old, new = Rig(tmp_path / "old", store, partitions=1), Rig(tmp_path / "new", store, partitions=1)
+        _stuck_follower(old.partitions[0])
+        writer, record = moving_writer(old, Leaders({0: LeaderBroker(old.committer), 1: LeaderBroker(new.committer)}))
+        first, second = sequence_batches(7, 2)
+        [a] = writer.submit([old.append(0, first)])
+        await _eventually(lambda: old.partitions[0].log.log_end_offset == 2)
+        old.partitions[0].make_follower(PartitionStateRecord(1, [0, 1], 1, 2, [1]), 3)
+        assert (await asyncio.wait_for(a, 5)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        record.leader, record.leader_epoch = 1, 2
+        [b] = writer.submit([old.append(0, second)])
+        held = await asyncio.wait_for(b, 5)
+        assert new.partitions[0].log.log_end_offset == 0, "nothing lands at the new leader behind the gap"
+        assert held.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode(held.error_code).name
+        [a] = writer.submit([old.append(0, first)])
+        [b] = writer.submit([old.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())
+
+
+class FirstCommitLost(LeaderBroker):
+    """The first CommitRequest never reaches the leader (its caller times out); the ones after
+    it do, as in cluster seed 8010, whose network dropped one commit of a connection."""
+
+    lost = False
+
+    async def call(self, request, timeout_s: float):  # type: ignore[no-untyped-def]
+        from broker.rpc import RpcTimeout
+
+        if isinstance(request, CommitRequest) and not self.lost:
+            self.lost = True
+            await asyncio.sleep(0.2)
+            raise RpcTimeout("no response within the call's timeout")
+        return await super().call(request, timeout_s)
+
+
+def test_a_commit_after_one_that_never_arrived_is_refused_by_the_leader(tmp_path: Path) -> None:
+    """Gap (b) of issue 26 item 7 (cluster seed 8010): a producer's first batches were in a
+    commit the network lost; the next commit, holding its later batch, reached the leader,
+    which did not know the producer and took the batch at offset 0 (KIP-360: any sequence).
+    The retries of the first batches were then out of order: librdkafka's fatal
+    OUT_OF_ORDER_SEQUENCE_NUMBER for sequence 0. A leader applies a representative's commits
+    as Kafka applies a connection's requests: in order, and nothing after one that is missing."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        writer, _record = moving_writer(rig, Leaders({0: FirstCommitLost(rig.committer)}))
+        first, second = sequence_batches(7, 2)
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        results = await asyncio.gather(a, b)
+        assert rig.partitions[0].log.log_end_offset == 0, "nothing lands behind the lost commit"
+        assert all(r.error_code for r in results), [ErrorCode(r.error_code).name for r in results]
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        assert [(r.error_code, r.base_offset) for r in await asyncio.gather(a, b)] == [(0, 0), (0, 2)]
+
+    run(scenario())
+
+
+class DecidedByTheTest:
+    """A committer whose commits' outcomes the test decides."""
+
+    def __init__(self) -> None:
+        self.pending: list[list[PendingCommit]] = []
+
+    def route(self, topic_id: uuid.UUID, partition: int) -> str:
+        return "leader 0"
+
+    def commit(self, request: CommitRequest) -> list[PendingCommit]:
+        loop = asyncio.get_running_loop()
+        outcomes = [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
+        self.pending.append(outcomes)
+        return outcomes
+
+
+def test_a_later_batch_acknowledged_lifts_the_barrier_of_an_earlier_one_whose_answer_was_lost(
+    tmp_path: Path,
+) -> None:
+    """Cluster seed 30353: batch N's commit was applied but its answer lost (REQUEST_TIMED_OUT,
+    a barrier), N+1 was acknowledged, and librdkafka, taking N as delivered with N+1, never
+    sent N again: its next batches were refused until the barrier lapsed 10 s later."""
+    from broker.diskless.commit import CommitResult
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        committer = DecidedByTheTest()
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            committer,
+            None,
+            rig.metrics,
+            buffer_max_bytes=len(batch(0)),
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
+        first, second, third = sequence_batches(7, 3)
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        await _eventually(lambda: len(committer.pending) == 2)
+        lost = CommitResult(ErrorCode.REQUEST_TIMED_OUT, "commit to broker 0: connection lost")
+        for future in (committer.pending[0][0].applied, committer.pending[0][0].acknowledged):
+            future.set_result(lost)
+        done = CommitResult(0, None, 2, -1, 0, 4, 0, True)
+        for future in (committer.pending[1][0].applied, committer.pending[1][0].acknowledged):
+            future.set_result(done)
+        assert [(await a).error_code, (await b).error_code] == [ErrorCode.REQUEST_TIMED_OUT, 0]
+        [c] = writer.submit([rig.append(0, third)])
+        await _eventually(lambda: len(committer.pending) == 3 or c.done())
+        assert not c.done(), f"refused: {c.result() if c.done() else None}"
+        c.cancel()
+
+    run(scenario())
+
+
+def test_a_batch_whose_answer_was_lost_does_not_hold_back_the_producers_next_ones_sent_its_way(
+    tmp_path: Path,
+) -> None:
+    """Cluster seed 30353, the other order: batch N+1 was acknowledged first, then N's commit
+    call failed with its answer lost. The barrier held back every later batch of the producer,
+    which librdkafka (N taken as delivered with N+1) never retries: refused until the barrier
+    lapsed. Sent the same way as N, they follow it in order and are safe."""
+    from broker.diskless.commit import CommitResult
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        committer = DecidedByTheTest()
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            committer,
+            None,
+            rig.metrics,
+            buffer_max_bytes=len(batch(0)),
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
+        first, second, third = sequence_batches(7, 3)
+        [a] = writer.submit([rig.append(0, first)])
+        [b] = writer.submit([rig.append(0, second)])
+        await _eventually(lambda: len(committer.pending) == 2)
+        done = CommitResult(0, None, 2, -1, 0, 4, 0, True)
+        for future in (committer.pending[1][0].applied, committer.pending[1][0].acknowledged):
+            future.set_result(done)
+        assert (await b).error_code == 0
+        lost = CommitResult(ErrorCode.REQUEST_TIMED_OUT, "commit to broker 0: connection lost")
+        committer.pending[0][0].outcome_known = False
+        for future in (committer.pending[0][0].applied, committer.pending[0][0].acknowledged):
+            future.set_result(lost)
+        assert (await a).error_code == ErrorCode.REQUEST_TIMED_OUT
+        [c] = writer.submit([rig.append(0, third)])
+        await _eventually(lambda: len(committer.pending) == 3 or c.done())
+        assert not c.done(), f"refused: {c.result() if c.done() else None}"
+        c.cancel()
 
     run(scenario())
