@@ -81,8 +81,10 @@ CONTROLLED_SHUTDOWN_POLL_S = 0.05  # how often a controlled shutdown looks at wh
 class ShutdownOutcome(NamedTuple):
     """What a controlled shutdown achieved: leaderships moved away, partitions still led
     here at the end, how many of those another replica could have taken, whether it timed
-    out, how long it took, and how many peers might still name this broker leader (their
-    view was behind at the end, or they did not answer)."""
+    out (with leaderships left to move or be taken up, its own view behind the store, or a
+    last leadership change the peers were not asked about), how long it took, and how many
+    peers might still name this broker leader (their view was behind at the end, or they
+    did not answer)."""
 
     moved: int
     remain: int
@@ -359,10 +361,11 @@ class Broker:
         (classic, diskless, `__consumer_offsets`) to another live in-sync replica and gives
         it no new leadership, representation or controller role; keep serving meanwhile
         (what moved answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata) until
-        nothing it leads has another eligible replica, or `controlled.shutdown.timeout.ms`
-        passes; then hand the controller role over if it holds it. Skipped (None) when
-        disabled, for a stateless broker (it leads nothing) and when no other broker could
-        lead (a single broker, `local:` metadata)."""
+        nothing it leads has another eligible replica, as the store has it (its own view
+        catches up first), and every peer's view has the moves, or
+        `controlled.shutdown.timeout.ms` passes; then hand the controller role over if it
+        holds it. Skipped (None) when disabled, for a stateless broker (it leads nothing)
+        and when no other broker could lead (a single broker, `local:` metadata)."""
         config = self.config
         if not config.controlled_shutdown_enable or config.stateless or not self.ready:
             return None
