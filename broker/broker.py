@@ -388,27 +388,30 @@ class Broker:
                     log.warning("controlled shutdown: could not mark this broker draining (%s)", exc)
                     break
             await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
+        confirmed: int | None = None  # a revision every peer's view has applied (once asked)
         while True:
             while self._still_moving(led_at_start) and self.clock.monotonic_ms() < deadline:
                 await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
             # Decide on the store's state, not on a view that may lag it (a slow or broken
             # watch): leaderships may have come here, or gone, unseen.
             caught_up = await self.view.catch_up(deadline, CONTROLLED_SHUTDOWN_POLL_S)
-            if caught_up is not None and self.clock.monotonic_ms() < deadline and self._still_moving(led_at_start):
+            in_time = caught_up is not None and self.clock.monotonic_ms() < deadline
+            if in_time and self._still_moving(led_at_start):
                 continue
+            # Done once the peers have applied every leadership change to or from this broker
+            # that the store held after they answered (one may come while they are asked).
+            if in_time and confirmed is not None and self.view.leadership_changed_at(self.node_id) <= confirmed:
+                break
             # The latest partition change this broker knows of: it also covers leaderships that
             # came to it while draining (a dead broker's, with no other in-sync replica) and left.
             moved_at = max(
                 [drained_at, self.view.applied_revision] + [s.revision for s in self.view.partitions.values()]
             )
             behind = await wait_for_peer_views(self.node_id, self.view, self.rpc_pool, moved_at, deadline, self.clock)
-            # Done, unless meanwhile a leadership came here or left (the peers may not have
-            # that yet) or one led here got another in-sync replica to move to.
-            unconfirmed = self.view.leadership_changed_at(self.node_id) > moved_at
-            if caught_up is None or behind or self.clock.monotonic_ms() >= deadline:
+            if not in_time or behind:
                 break
-            if not unconfirmed and not self._still_moving(led_at_start):
-                break
+            confirmed = moved_at
+        unconfirmed = self.view.leadership_changed_at(self.node_id) > moved_at
         if caught_up is None:
             log.warning("controlled shutdown: this broker's view did not catch up with the metadata store in time")
         if behind:
