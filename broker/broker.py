@@ -81,8 +81,10 @@ CONTROLLED_SHUTDOWN_POLL_S = 0.05  # how often a controlled shutdown looks at wh
 class ShutdownOutcome(NamedTuple):
     """What a controlled shutdown achieved: leaderships moved away, partitions still led
     here at the end, how many of those another replica could have taken, whether it timed
-    out, how long it took, and how many peers might still name this broker leader (their
-    view was behind at the end, or they did not answer)."""
+    out (with leaderships left to move or be taken up, its own view behind the store, or a
+    last leadership change the peers were not asked about), how long it took, and how many
+    peers might still name this broker leader (their view was behind at the end, or they
+    did not answer)."""
 
     moved: int
     remain: int
@@ -361,10 +363,11 @@ class Broker:
         (classic, diskless, `__consumer_offsets`) to another live in-sync replica and gives
         it no new leadership, representation or controller role; keep serving meanwhile
         (what moved answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata) until
-        nothing it leads has another eligible replica, or `controlled.shutdown.timeout.ms`
-        passes; then hand the controller role over if it holds it. Skipped (None) when
-        disabled, for a stateless broker (it leads nothing) and when no other broker could
-        lead (a single broker, `local:` metadata)."""
+        nothing it leads has another eligible replica, as the store has it (its own view
+        catches up first), and every peer's view has the moves, or
+        `controlled.shutdown.timeout.ms` passes; then hand the controller role over if it
+        holds it. Skipped (None) when disabled, for a stateless broker (it leads nothing)
+        and when no other broker could lead (a single broker, `local:` metadata)."""
         config = self.config
         if not config.controlled_shutdown_enable or config.stateless or not self.ready:
             return None
@@ -387,24 +390,43 @@ class Broker:
                     log.warning("controlled shutdown: could not mark this broker draining (%s)", exc)
                     break
             await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
-        while (
-            self._movable_leaderships() or self._not_taken_up(led_at_start)
-        ) and self.clock.monotonic_ms() < deadline:
-            await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
-        led = self._led_here()
-        # The latest partition change this broker knows of: it also covers leaderships that
-        # came to it while draining (a dead broker's, with no other in-sync replica) and left.
-        moved_at = max([drained_at, self.view.applied_revision] + [s.revision for s in self.view.partitions.values()])
-        behind = await wait_for_peer_views(self.node_id, self.view, self.rpc_pool, moved_at, deadline, self.clock)
+        confirmed: int | None = None  # a revision every peer's view has applied (once asked)
+        while True:
+            while self._still_moving(led_at_start) and self.clock.monotonic_ms() < deadline:
+                await self.clock.sleep(CONTROLLED_SHUTDOWN_POLL_S)
+            # Decide on the store's state, not on a view that may lag it (a slow or broken
+            # watch): leaderships may have come here, or gone, unseen.
+            caught_up = await self.view.catch_up(deadline, CONTROLLED_SHUTDOWN_POLL_S)
+            in_time = caught_up is not None and self.clock.monotonic_ms() < deadline
+            if in_time and self._still_moving(led_at_start):
+                continue
+            # Done once the peers have applied every leadership change to or from this broker
+            # that the store held after they answered (one may come while they are asked).
+            if in_time and confirmed is not None and self.view.leadership_changed_at(self.node_id) <= confirmed:
+                break
+            # The latest partition change this broker knows of: it also covers leaderships that
+            # came to it while draining (a dead broker's, with no other in-sync replica) and left.
+            moved_at = max(
+                [drained_at, self.view.applied_revision] + [s.revision for s in self.view.partitions.values()]
+            )
+            behind = await wait_for_peer_views(self.node_id, self.view, self.rpc_pool, moved_at, deadline, self.clock)
+            if not in_time or behind:
+                break
+            confirmed = moved_at
+        unconfirmed = self.view.leadership_changed_at(self.node_id) > moved_at
+        if caught_up is None:
+            log.warning("controlled shutdown: this broker's view did not catch up with the metadata store in time")
         if behind:
             log.warning(
                 "controlled shutdown: brokers %s may still name this broker leader (revision %d)", behind, moved_at
             )
+        led = self._led_here()
         await self.controller.hand_over()
         elapsed = self.clock.monotonic_ms() - started
         moved = len(led_at_start - led)
         movable, waiting = self._movable_leaderships(), self._not_taken_up(led_at_start)
-        if movable or waiting:
+        timed_out = bool(movable or waiting) or caught_up is None or unconfirmed
+        if timed_out:
             log.warning(
                 "controlled shutdown timed out after %d ms: moved %d (%d not yet taken up by their new leader); "
                 "%d remain led here, %d of them with another in-sync replica",
@@ -421,11 +443,15 @@ class Broker:
                 elapsed,
                 len(led),
             )
-        return ShutdownOutcome(moved, len(led), len(movable), bool(movable or waiting), elapsed, len(behind))
+        return ShutdownOutcome(moved, len(led), len(movable), timed_out, elapsed, len(behind))
 
     def _led_here(self) -> set[TopicIdPartition]:
         """The partitions the cluster view names this broker the leader of."""
         return {pid for pid, state in self.view.partitions.items() if state.record.leader == self.node_id}
+
+    def _still_moving(self, led_at_start: set[TopicIdPartition]) -> bool:
+        """Whether a controlled shutdown still waits for leaderships to move or be taken up."""
+        return bool(self._movable_leaderships() or self._not_taken_up(led_at_start))
 
     def _not_taken_up(self, handed_over: set[TopicIdPartition]) -> list[TopicIdPartition]:
         """Of the partitions this broker led, those led elsewhere now whose new leader has not

@@ -51,6 +51,8 @@ class ClusterView:
         self._task: asyncio.Task[None] | None = None
         self._revision = 0
         self.applied_revision = 0  # every change up to this store revision is applied (and told)
+        # broker -> the revision of the latest partition state that gave it a leadership or took one away
+        self._leadership_changed_at: dict[int, int] = {}
 
     # -- subscriptions --------------------------------------------------------------------
     def on_brokers_changed(self, listener: Callable[[], Any]) -> None:
@@ -68,6 +70,12 @@ class ClusterView:
 
     def partitions_of(self, topic_id: str) -> dict[int, PartitionState]:
         return {index: state for (tid, index), state in self.partitions.items() if tid == topic_id}
+
+    def leadership_changed_at(self, node_id: int) -> int:
+        """The revision of the latest partition state applied here that made `node_id` a
+        partition's leader or took the leadership from it (0: none): a broker in controlled
+        shutdown waits until its peers have applied it."""
+        return self._leadership_changed_at.get(node_id, 0)
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -113,6 +121,28 @@ class ClusterView:
         self._revision = max(self._revision, revision)
         self.applied_revision = max(self.applied_revision, revision)
 
+    async def catch_up(self, deadline_ms: int, poll_s: float) -> int | None:
+        """Wait until this view has applied every key as the store holds it now (a listing
+        names the store's latest change; the watch must have applied that revision), or
+        `deadline_ms` passes on the clock. Returns that revision, or None when the store could
+        not be listed or the view did not get there in time. A view lags by as much as its
+        watch does (slow, or broken and waiting to list again): a broker that decides from
+        it what it still leads (a controlled shutdown) needs it current. The store's own
+        revision is no target: in a shared etcd it also counts writes outside this
+        cluster's prefix, which no watch here delivers."""
+        latest: int | None = None
+        while True:
+            if latest is None:
+                try:
+                    latest = max((kv.revision for kv in await self._store.list("")), default=0)
+                except MetadataError as exc:
+                    log.info("could not list the metadata store to catch up with it (%s); trying again", exc)
+            if latest is not None and self.applied_revision >= latest:
+                return latest
+            if self._clock.monotonic_ms() >= deadline_ms:
+                return None
+            await self._clock.sleep(poll_s)
+
     # -- applying changes (also called directly by the writer, before its watch event) -----
     async def apply_put(self, kv: KeyValue) -> None:
         key = kv.key
@@ -124,6 +154,9 @@ class ClusterView:
             state = PartitionState(records.decode(kv.value, records.PartitionStateRecord), kv.revision)
             pid = records.parse_partition_key(key)
             self.partitions[pid] = state
+            if known is None or known.record.leader != state.record.leader:
+                for node in {state.record.leader, records.NO_LEADER if known is None else known.record.leader}:
+                    self._leadership_changed_at[node] = max(self._leadership_changed_at.get(node, 0), kv.revision)
             await self._tell(self._on_partition, pid, state)
         elif key.startswith(records.BROKER_PREFIX):
             record = records.decode(kv.value, records.BrokerRecord)
