@@ -473,10 +473,7 @@ class Partition:
         for kind, data in entries:
             header = parse_header(data)
             if header.base_offset != self.log.log_end_offset:
-                raise ValueError(
-                    f"{self.topic}-{self.index}: replicated entry at {header.base_offset}, "
-                    f"log end offset is {self.log.log_end_offset}"
-                )
+                self._start_at_batch_holding_log_start(header)
             epoch = header.partition_leader_epoch
             if epoch > self.epochs.latest_epoch:
                 self.epochs.assign(epoch, header.base_offset)
@@ -493,6 +490,31 @@ class Partition:
         if appended:
             self._on_append(self)
         return appended
+
+    def _start_at_batch_holding_log_start(self, header: BatchHeader) -> None:
+        """After `restart_at` a log start inside a batch (DeleteRecords put it there): the
+        leader's first entry begins below it. The empty log restarts at that entry's base
+        offset and keeps its log start offset, so nothing below it is served (Kafka's
+        appendRecordsToFollowerOrFutureReplica restarts the log there too). The producer state
+        from the leader leaves that batch out (`state_at` holds batches below the log start),
+        so replaying it next is exact. Any other entry out of place is refused."""
+        leo, last = self.log.log_end_offset, header.base_offset + header.last_offset_delta
+        if not (leo == self.log.log_start_offset and header.base_offset < leo <= last):
+            raise ValueError(
+                f"{self.topic}-{self.index}: replicated entry at {header.base_offset}, log end offset is {leo}"
+            )
+        log.info(
+            "%s-%d: the leader's log start %d lies inside the batch [%d, %d]: the log starts at %d, serving from %d",
+            self.topic,
+            self.index,
+            leo,
+            header.base_offset,
+            last,
+            header.base_offset,
+            leo,
+        )
+        self.log.restart_at(header.base_offset, log_start_offset=leo)
+        self.epochs.truncate_from_end(header.base_offset)
 
     def truncate_to(self, offset: int) -> None:
         """Drop a divergent tail (follower, after comparing leader epochs with the leader).

@@ -670,13 +670,17 @@ class PartitionLog:
         self._write_checkpoint()
         self._tell_truncated(offset)
 
-    def restart_at(self, offset: int) -> None:
+    def restart_at(self, offset: int, log_start_offset: int | None = None) -> None:
         """Drop every entry and continue empty at ``offset`` (a follower whose leader deleted
-        what the follower still needs)."""
+        what the follower still needs). ``log_start_offset`` (default ``offset``) may lie
+        above it, by less than the next entry spans: a log start inside that batch
+        (DeleteRecords), which the caller appends next, so nothing below it is served."""
         with self._flush_lock, self._lock:
             self._check_open()
             dropped_from = self._bases[0]
             self._truncate_fully(offset)
+            if log_start_offset is not None:
+                self._log_start = max(log_start_offset, offset)
         self._write_checkpoint()
         self._tell_truncated(dropped_from)
 
