@@ -174,6 +174,21 @@ async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) ->
             cluster.metadata.unavailable_for(rng.between((0.5, 3.0)))
 
 
+async def final_cycles(cluster: SimCluster, detached: list[asyncio.Task[Any]]) -> None:
+    """The offload loops stop and the Spark-cluster jobs end; then, once what they uploaded
+    after their segments were given up is older than any job may run (twice
+    tiering.job.timeout.ms: the litter sweep's grace), cycles by hand resolve dead jobs'
+    segments and sweep the litter."""
+    for sim_broker in cluster.live():
+        await sim_broker.broker.offload.stop()
+    await asyncio.gather(*detached, return_exceptions=True)
+    await asyncio.sleep(2 * JOB_TIMEOUT_S + 1.0)
+    for _ in range(3):
+        for sim_broker in cluster.live():
+            await sim_broker.broker.offload.run_once()
+        await asyncio.sleep(2.0)  # markers replicate: the next cycle sees them applied
+
+
 def finished(remote: RemoteSegments) -> list[tuple[str, int, int]]:
     """The COPY_FINISHED segments a replica knows, whatever its log start offset."""
     return [
@@ -299,16 +314,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
             built, txn_ledger, tail, clients.fork("committed"), KEYS, loop.time() + DECIDED_S
         )
         problems += read_problems + txn_ledger.violations
-        for sim_broker in built.live():  # then cycles by hand: dead jobs' segments resolved
-            await sim_broker.broker.offload.stop()
-        await asyncio.gather(*detached, return_exceptions=True)  # Spark-cluster jobs end on their own
-        # what they uploaded after their segments were given up is litter: swept once older
-        # than any job may run (twice tiering.job.timeout.ms), by a leader's cycle
-        await asyncio.sleep(2 * JOB_TIMEOUT_S + 1.0)
-        for _ in range(3):
-            for sim_broker in built.live():
-                await sim_broker.broker.offload.run_once()
-            await asyncio.sleep(2.0)  # markers replicate: the next cycle sees them applied
+        await final_cycles(built, detached)
         final = Ledger()
         for key in KEYS:  # a fresh reader from offset 0: tiered segments, then coordinates
             wanted = {s.acked_offset for s in ledger.sent.values() if s.key == key and s.acked_offset is not None}
