@@ -38,7 +38,7 @@ class Announced:
 
 
 def membership(store: LocalMetadataStore, incarnation: str, port: int = 9092) -> Membership:
-    return Membership(store, record(incarnation, port), SESSION_MS, HEARTBEAT_MS, Announced())
+    return Membership(store, record(incarnation, port), SESSION_MS, HEARTBEAT_MS, Announced(), SystemClock())
 
 
 async def registered(store: LocalMetadataStore) -> records.BrokerRecord | None:
