@@ -5,6 +5,7 @@ remembers the creation mode), and topics stored before diskless topics existed s
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from broker.topics import TopicCatalog
 
 def catalog(tmp_path: Path, **settings: str) -> TopicCatalog:
     config = load_config(environ={}, overrides={"data.dir": str(tmp_path), **settings})
-    return TopicCatalog(LocalMetadataStore(tmp_path / "store.json", SystemClock()), config)
+    return TopicCatalog(LocalMetadataStore(tmp_path / "store.json", SystemClock()), config, new_uuid=uuid.uuid4)
 
 
 def test_mode_is_recorded_at_creation_and_kept_when_the_default_changes(tmp_path: Path) -> None:
