@@ -2,8 +2,10 @@
 given (the broker's Environment.random, seeded in the simulation), so a seed fixes what a run
 does. Nothing else in broker/ imports `random` or calls uuid4 (ruff's TID251 enforces it).
 
-`PROCESS_RANDOM` is the default of components that can also be built without an Environment
-(unit tests, tools); a broker always passes its own source."""
+No component defaults to a source: each takes it as a required argument, so a forgotten
+injection fails loudly (tests/unit/test_injected_sources.py keeps it so). `PROCESS_RANDOM` is
+the source of a process that is not a broker (the Spark job, which passes it in itself); a
+broker builds its own (Environment.for_process)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,3 @@ os.register_at_fork(after_in_child=PROCESS_RANDOM.seed)  # a forked child must n
 def new_uuid(rng: Random) -> uuid.UUID:
     """A random (version 4) UUID drawn from `rng`: topic ids, incarnations, member ids."""
     return uuid.UUID(int=rng.getrandbits(128), version=4)
-
-
-def process_uuid() -> uuid.UUID:
-    """A random UUID from PROCESS_RANDOM (the default id source where none is injected)."""
-    return new_uuid(PROCESS_RANDOM)

@@ -14,7 +14,6 @@ from .config import BrokerConfig
 from .metadata import KeyValue, MetadataStore, RevisionConflict
 from .metadata import records
 from .protocol.errors import ApiError, ErrorCode
-from .randomness import process_uuid
 from .topic_config import DISKLESS_ENABLE, TopicSettings, effective, validate_overrides
 from .topic_mode import TopicMode, mode_of
 
@@ -84,12 +83,12 @@ STATE_WRITE_CHUNK = 100  # partition states per store transaction (etcd allows 1
 class TopicCatalog:
     store: MetadataStore
     broker: BrokerConfig
+    new_uuid: Callable[[], uuid.UUID]  # topic ids (the broker's Environment.new_uuid)
     _by_name: dict[str, Topic] = field(default_factory=dict)
     _by_id: dict[uuid.UUID, Topic] = field(default_factory=dict)
     _listeners: list[Listener] = field(default_factory=list)
     # the cluster view applies partition states this broker wrote before their watch events
     on_states_written: Callable[[list[KeyValue]], Awaitable[None]] | None = None
-    new_uuid: Callable[[], uuid.UUID] = process_uuid  # topic ids (the broker's Environment.new_uuid)
 
     async def load(self) -> None:
         for kv in await self.store.list(records.TOPIC_PREFIX):

@@ -26,9 +26,17 @@ from typing import Any
 
 import msgspec
 
-from broker.objectstore import open_object_store
+from broker.clock import SystemClock
+from broker.objectstore import ObjectStore, open_object_store
+from broker.randomness import PROCESS_RANDOM
 from tiering.assemble import assemble_range
 from tiering.plan import RangePlan, decode_plan
+
+
+def _open_store(store_url: str) -> ObjectStore:
+    """The job's composition root: a Spark task is a process of its own, on the real clock and
+    the process's random source (retry jitter, temporary file names)."""
+    return open_object_store(store_url, clock=SystemClock(), rng=PROCESS_RANDOM)
 
 
 def assemble_task(store_url: str, cluster_id: str, plan_id: str, encoded_range: bytes) -> dict[str, Any]:
@@ -37,7 +45,7 @@ def assemble_task(store_url: str, cluster_id: str, plan_id: str, encoded_range: 
     where = {"topic_id": planned.topic_id, "partition": planned.partition, "base_offset": planned.base_offset}
 
     async def run() -> dict[str, Any]:
-        store = open_object_store(store_url)
+        store = _open_store(store_url)
         try:
             manifest = await assemble_range(store, cluster_id, plan_id, planned)
         finally:
@@ -51,7 +59,7 @@ def assemble_task(store_url: str, cluster_id: str, plan_id: str, encoded_range: 
 
 
 async def _read_plan(store_url: str, plan_key: str) -> bytes:
-    store = open_object_store(store_url)
+    store = _open_store(store_url)
     try:
         return await store.get(plan_key)
     finally:

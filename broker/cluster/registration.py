@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock
 from ..config import StartRefused
 from ..metadata import KeyValue, Lease, LeaseExpired, MetadataError, MetadataStore, RevisionConflict
 from ..metadata import records
@@ -51,11 +51,11 @@ class Membership:
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
         announce: Callable[[KeyValue], Awaitable[None]],
-        clock: Clock | None = None,
+        clock: Clock,
     ) -> None:
         """`announce` applies the registration to this broker's view before its watch event."""
         self._store = store
-        self._clock: Clock = clock or SystemClock()
+        self._clock = clock
         self._announce = announce
         self.record = record
         self._ttl_s = max(1, math.ceil(session_timeout_ms / 1000))

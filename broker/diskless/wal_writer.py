@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 from walfiles.format import WalObjectBuilder
 from walfiles.keys import WalKey, WalKeyAllocator
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock
 from ..objectstore import ObjectWriter
 from ..producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers, sequenced
 from ..protocol.batch import BatchFormatError, parse_header, split_batches
@@ -155,19 +155,19 @@ class WalWriter:
         cache: "ObjectCache | None",
         metrics: "BrokerMetrics",
         *,
+        clock: Clock,
         buffer_max_bytes: int,
         linger_ms: int,
         max_inflight_bytes: int,
         quiet_ms: int = 0,
         quiet_min_bytes: int = 0,
-        clock: Clock | None = None,
         on_committed: OnCommitted | None = None,
         barriers: SequenceBarriers | None = None,
     ) -> None:
         self._store = store
         self._on_committed = on_committed
         self._reports: set[asyncio.Task[None]] = set()
-        self._clock: Clock = clock or SystemClock()  # times uploads and commits for the metrics
+        self._clock = clock  # times uploads and commits for the metrics
         self._barriers = (
             barriers if barriers is not None else SequenceBarriers(DEFAULT_MAX_BARRIERS, self._clock.monotonic)
         )

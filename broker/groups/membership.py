@@ -44,7 +44,6 @@ from broker.groups.results import (
 )
 from broker.groups.snapshot import GroupSnapshot, MemberSnapshot
 from broker.protocol.errors import ErrorCode
-from broker.randomness import process_uuid
 
 GROUP_MAX_SIZE_REACHED: int = ErrorCode.GROUP_MAX_SIZE_REACHED
 
@@ -180,12 +179,12 @@ class ClassicGroup:
         group_id: str,
         config: GroupConfig | None = None,
         *,
-        new_uuid: Callable[[], str] | None = None,
+        new_uuid: Callable[[], str],
         now_ms: int = 0,
     ) -> None:
         self.group_id = group_id
         self.config = config or GroupConfig()
-        self._new_uuid = new_uuid or (lambda: str(process_uuid()))
+        self._new_uuid = new_uuid  # member ids
         self._state = GroupState.EMPTY
         self._state_timestamp_ms: int | None = None
         self._now_ms = now_ms
@@ -1164,7 +1163,7 @@ class ClassicGroup:
         config: GroupConfig | None,
         now_ms: int,
         *,
-        new_uuid: Callable[[], str] | None = None,
+        new_uuid: Callable[[], str],
     ) -> ClassicGroup:
         """Load a group (Kafka ``GroupMetadata.loadGroup`` + ``onGroupLoaded``): Stable with its
         members or Empty; every member gets a fresh session deadline; a group above

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def open_store(config: BrokerConfig, clock: Clock | None = None) -> MetadataStore:
+def open_store(config: BrokerConfig, clock: Clock) -> MetadataStore:
     """The backend named by the `metadata` URL (nothing is connected until first use)."""
     url = config.metadata
     if url == "local:":

@@ -48,7 +48,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock
 from .store import (
     EventType,
     KeyValue,
@@ -146,13 +146,13 @@ class EtcdMetadataStore:
         self,
         url: str,
         *,
+        clock: Clock,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         watch_resume_timeout_s: float = DEFAULT_WATCH_RESUME_TIMEOUT_S,
-        clock: Clock | None = None,
     ) -> None:
         self._endpoints, prefix = parse_etcd_url(url)
-        self._clock: Clock = clock or SystemClock()
+        self._clock = clock
         self.prefix = prefix
         self._prefix = prefix.encode()
         self._connect_timeout_s = connect_timeout_s

@@ -30,7 +30,7 @@ from pathlib import Path
 import msgspec
 
 from ..atomic_write import write_atomically
-from ..clock import Clock, SystemClock
+from ..clock import Clock
 from .store import (
     EventType,
     KeyValue,
@@ -68,7 +68,7 @@ class LocalMetadataStore:
     def __init__(
         self,
         path: Path | None,
-        clock: Clock | None = None,
+        clock: Clock,
         *,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         lease_check_interval_s: float = DEFAULT_LEASE_CHECK_INTERVAL_S,
@@ -76,7 +76,7 @@ class LocalMetadataStore:
         if history_limit < 1:
             raise ValueError("history_limit must be >= 1")
         self._path = path
-        self._clock: Clock = clock or SystemClock()
+        self._clock = clock
         self._revision = 0
         self._entries: dict[str, KeyValue] = {}
         self._leases: dict[int, _LeaseState] = {}

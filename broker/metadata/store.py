@@ -38,7 +38,7 @@ from typing import Protocol
 
 import msgspec
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +217,7 @@ class LeaseKeepAlive:
     one task and one request in flight per lease.
     """
 
-    def __init__(
-        self, store: MetadataStore, lease: Lease, *, retry_s: float | None = None, clock: Clock | None = None
-    ) -> None:
+    def __init__(self, store: MetadataStore, lease: Lease, *, clock: Clock, retry_s: float | None = None) -> None:
         self.lease = lease
         self.lost = asyncio.Event()
         self.failures = 0  # renewals that failed, for metrics and tests
@@ -227,7 +225,7 @@ class LeaseKeepAlive:
         self._interval_s = max(lease.ttl_s / 3, 0.1)
         self._retry_s = retry_s if retry_s is not None else min(0.5, self._interval_s)
         self._task: asyncio.Task[None] | None = None
-        self._clock: Clock = clock or SystemClock()
+        self._clock = clock
 
     def start(self) -> LeaseKeepAlive:
         if self._task is None:

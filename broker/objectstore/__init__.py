@@ -73,11 +73,11 @@ class S3UrlOptions(TypedDict, total=False):
 def open_object_store(
     url: str,
     *,
+    clock: Clock,
+    rng: Random,
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     on_request: RequestObserver | None = None,
     retry: RetryPolicy | None = None,
-    clock: Clock | None = None,
-    rng: Random | None = None,
     **s3_options: Any,
 ) -> ObjectStore:
     """Open the store that `url` names. `max_concurrency` is `object.store.max.concurrency`

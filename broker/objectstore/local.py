@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.atomic_write import fsync_directory, write_all
-from broker.clock import Clock, SystemClock
+from broker.clock import Clock
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
     MAX_DELETE_BATCH,
@@ -39,7 +39,7 @@ from broker.objectstore.store import (
     validate_max_concurrency,
     validate_range,
 )
-from broker.randomness import PROCESS_RANDOM, Random, new_uuid
+from broker.randomness import Random, new_uuid
 
 T = TypeVar("T")
 
@@ -59,12 +59,12 @@ class LocalObjectStore:
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         on_request: RequestObserver | None = None,
         list_page_size: int = MAX_LIST_PAGE,
-        clock: Clock | None = None,
-        rng: Random | None = None,
+        clock: Clock,
+        rng: Random,
     ) -> None:
         self._root = Path(root).absolute()
-        self._clock: Clock = clock or SystemClock()
-        self._rng = rng or PROCESS_RANDOM  # temporary file names
+        self._clock = clock
+        self._rng = rng  # temporary file names
         self._tmp = self._root / TMP_DIR_NAME
         self._semaphore = asyncio.Semaphore(validate_max_concurrency(max_concurrency))
         self._on_request = on_request

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import AsyncIterator, Iterable
 
-from broker.clock import Clock, SystemClock
+from broker.clock import Clock
 from broker.objectstore.store import (
     MAX_DELETE_BATCH,
     MAX_LIST_PAGE,
@@ -30,11 +30,11 @@ class MemoryObjectStore:
     def __init__(
         self,
         *,
-        clock: Clock | None = None,
+        clock: Clock,
         on_request: RequestObserver | None = None,
         list_page_size: int = MAX_LIST_PAGE,
     ) -> None:
-        self._clock = clock or SystemClock()
+        self._clock = clock
         self._on_request = on_request
         self._list_page_size = validate_list_page_size(list_page_size)
         self._objects: dict[str, tuple[bytes, int]] = {}  # key -> (data, last_modified_ms)

@@ -16,9 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from broker.clock import SystemClock
-from broker.randomness import PROCESS_RANDOM
-
 T = TypeVar("T")
 
 
@@ -29,8 +26,8 @@ class RetryPolicy:
     max_attempts: int = 6
     base_delay_ms: float = 50.0
     max_delay_ms: float = 5_000.0
-    random: Callable[[], float] = field(default=PROCESS_RANDOM.random, repr=False)
-    sleep: Callable[[float], Awaitable[None]] = field(default=SystemClock().sleep, repr=False)
+    random: Callable[[], float] = field(kw_only=True, repr=False)
+    sleep: Callable[[float], Awaitable[None]] = field(kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -65,6 +62,3 @@ class RetryPolicy:
                     raise
             await self.sleep(self.backoff_s(number))
             number += 1
-
-
-NO_RETRY = RetryPolicy(max_attempts=1, base_delay_ms=0.0, max_delay_ms=0.0)

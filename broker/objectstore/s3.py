@@ -28,7 +28,7 @@ import crc32c
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 
-from broker.clock import Clock, SystemClock
+from broker.clock import Clock
 from broker.objectstore.retry import RetryPolicy
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
@@ -46,7 +46,7 @@ from broker.objectstore.store import (
     validate_max_concurrency,
     validate_range,
 )
-from broker.randomness import PROCESS_RANDOM, Random
+from broker.randomness import Random
 
 T = TypeVar("T")
 
@@ -140,8 +140,8 @@ class S3ObjectStore:
         list_page_size: int = MAX_LIST_PAGE,
         delete_batch_size: int = MAX_DELETE_BATCH,
         session: AioSession | None = None,
-        clock: Clock | None = None,
-        rng: Random | None = None,
+        clock: Clock,
+        rng: Random,
     ) -> None:
         """`clock` times requests and paces the default retry policy, whose jitter `rng` draws."""
         if not bucket:
@@ -160,8 +160,8 @@ class S3ObjectStore:
         self._region = region
         self._max_concurrency = validate_max_concurrency(max_concurrency)
         self._semaphore = asyncio.Semaphore(self._max_concurrency)
-        self._clock: Clock = clock or SystemClock()
-        self._retry = retry or RetryPolicy(random=(rng or PROCESS_RANDOM).random, sleep=self._clock.sleep)
+        self._clock = clock
+        self._retry = retry or RetryPolicy(random=rng.random, sleep=clock.sleep)
         self._on_request = on_request
         self._request_timeout_s = request_timeout_ms / 1000.0
         self._list_page_size = validate_list_page_size(list_page_size)

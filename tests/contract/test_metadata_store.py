@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.metadata import (
     EventType,
     KeyValue,
@@ -64,16 +64,19 @@ class Backend:
 @pytest.fixture(params=["local", "local-memory", "etcd"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
-        return Backend("local", lambda **options: LocalMetadataStore(tmp_path / "metadata" / "store.json", **options))
+        return Backend(
+            "local",
+            lambda **options: LocalMetadataStore(tmp_path / "metadata" / "store.json", SystemClock(), **options),
+        )
     if request.param == "local-memory":  # path=None: what simulations use in place of etcd
-        return Backend("local-memory", lambda **options: LocalMetadataStore(None, **options))
+        return Backend("local-memory", lambda **options: LocalMetadataStore(None, SystemClock(), **options))
     server: EtcdServer = request.getfixturevalue("etcd_server")
     prefix = f"contract-{next(_prefixes):04d}"  # a fresh prefix per test: no cleanup needed
 
     def make(**options: Any) -> MetadataStore:
         from broker.metadata.etcd import EtcdMetadataStore
 
-        return EtcdMetadataStore(server.url(prefix), **options)
+        return EtcdMetadataStore(server.url(prefix), clock=SystemClock(), **options)
 
     return Backend("etcd", make)
 
@@ -450,12 +453,12 @@ def test_local_leases_expire_on_the_injected_clock(tmp_path: Path) -> None:
 def test_local_reopen_keeps_revisions_and_drops_leased_keys(tmp_path: Path) -> None:
     async def body() -> None:
         path = tmp_path / "store.json"
-        store = LocalMetadataStore(path)
+        store = LocalMetadataStore(path, SystemClock())
         await store.put("cluster", b"id")
         lease = await store.grant_lease(30)
         revision = await store.put("brokers/1", b"x", lease=lease)
         await store.close()
-        store = LocalMetadataStore(path)  # a new process: nobody holds the lease any more
+        store = LocalMetadataStore(path, SystemClock())  # a new process: nobody holds the lease any more
         try:
             kvs, reopened = await store.list_with_revision("")
             assert [kv.key for kv in kvs] == ["cluster"]
@@ -473,7 +476,7 @@ def test_local_reopen_keeps_revisions_and_drops_leased_keys(tmp_path: Path) -> N
 
 def test_local_watch_history_is_bounded(tmp_path: Path) -> None:
     async def body() -> None:
-        store = LocalMetadataStore(tmp_path / "store.json", history_limit=3)
+        store = LocalMetadataStore(tmp_path / "store.json", SystemClock(), history_limit=3)
         try:
             slow = await store.watch("k")
             first = await store.put("k", b"1")
@@ -497,7 +500,7 @@ def test_local_watch_history_is_bounded(tmp_path: Path) -> None:
 def _etcd(url: str, **options: Any) -> MetadataStore:
     from broker.metadata.etcd import EtcdMetadataStore
 
-    return EtcdMetadataStore(url, **options)
+    return EtcdMetadataStore(url, clock=SystemClock(), **options)
 
 
 def test_etcd_url() -> None:
@@ -598,16 +601,22 @@ def test_open_store_opens_etcd_urls(tmp_path: Path) -> None:
     from broker.metadata import open_store
     from broker.metadata.etcd import EtcdMetadataStore
 
+    clock = SystemClock()
     store = open_store(
         BrokerConfig(
             data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379,10.0.0.2:2379/shoal", rpc_listen="127.0.0.1:9093"
-        )
+        ),
+        clock,
     )
     assert isinstance(store, EtcdMetadataStore) and store.prefix == "shoal/"  # connects on first use
+    assert store._clock is clock
     asyncio.run(store.close())
     with pytest.raises(ConfigError):
-        open_store(BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379", rpc_listen="127.0.0.1:9093"))
-    assert isinstance(open_store(BrokerConfig(data_dir=str(tmp_path))), LocalMetadataStore)
+        open_store(
+            BrokerConfig(data_dir=str(tmp_path), metadata="etcd://127.0.0.1:2379", rpc_listen="127.0.0.1:9093"), clock
+        )
+    local = open_store(BrokerConfig(data_dir=str(tmp_path)), clock)
+    assert isinstance(local, LocalMetadataStore) and local._clock is clock
 
 
 # -- the keep-alive helper -------------------------------------------------------------
@@ -629,11 +638,11 @@ class _FlakyStore:
 
 def test_keep_alive_rides_out_short_outages_and_reports_long_ones() -> None:
     async def body() -> None:
-        short = LeaseKeepAlive(_FlakyStore(failures=2), Lease(1, 1), retry_s=0.05).start()  # type: ignore[arg-type]
+        short = LeaseKeepAlive(_FlakyStore(failures=2), Lease(1, 1), clock=SystemClock(), retry_s=0.05).start()  # type: ignore[arg-type]
         await asyncio.sleep(1.5)
         assert short.running and not short.lost.is_set() and short.failures == 2
         await short.stop()
-        long = LeaseKeepAlive(_FlakyStore(failures=1000), Lease(2, 1), retry_s=0.05).start()  # type: ignore[arg-type]
+        long = LeaseKeepAlive(_FlakyStore(failures=1000), Lease(2, 1), clock=SystemClock(), retry_s=0.05).start()  # type: ignore[arg-type]
         await asyncio.wait_for(long.lost.wait(), WAIT_S)  # about one TTL after the last success
         assert not long.running and long.failures >= 5
 

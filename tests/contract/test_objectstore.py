@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from broker.clock import SystemClock
 from broker.objectstore import (
     LocalObjectStore,
     MemoryObjectStore,
@@ -81,13 +82,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
     if name == "memory":
 
         def make(max_concurrency: int = 64, **options: Any) -> ObjectStore:
-            return MemoryObjectStore(**options)
+            return MemoryObjectStore(clock=SystemClock(), **options)
 
         return Backend(name, make)
     if name == "local":
 
         def make(**options: Any) -> ObjectStore:
-            return LocalObjectStore(tmp_path / "objects", **options)
+            return LocalObjectStore(tmp_path / "objects", clock=SystemClock(), rng=random.Random(), **options)
 
         return Backend(name, make)
     server = request.getfixturevalue("moto_server")
@@ -95,8 +96,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
 
     def make(**options: Any) -> ObjectStore:
         url = f"s3://{server.bucket}/{prefix}?endpoint={server.endpoint}&region=us-east-1"
-        retry = RetryPolicy(max_attempts=3, base_delay_ms=1, max_delay_ms=5)
-        return open_object_store(url, retry=retry, session=_session(), **options)
+        clock, rng = SystemClock(), random.Random()
+        retry = RetryPolicy(max_attempts=3, base_delay_ms=1, max_delay_ms=5, random=rng.random, sleep=clock.sleep)
+        return open_object_store(url, clock=clock, rng=rng, retry=retry, session=_session(), **options)
 
     return Backend(name, make)
 

@@ -80,10 +80,11 @@ def stored_state(cluster: DevCluster, topic: str, partition: int) -> tuple[int, 
     import asyncio
 
     from broker.metadata import records
+    from broker.clock import SystemClock
     from broker.metadata.etcd import EtcdMetadataStore
 
     async def read() -> tuple[int, list[int], int]:
-        store = EtcdMetadataStore(cluster.metadata_url)
+        store = EtcdMetadataStore(cluster.metadata_url, clock=SystemClock())
         try:
             kv = await store.get(records.topic_key(topic))
             assert kv is not None, f"no topic {topic}"

@@ -75,10 +75,11 @@ def controller_id(cluster: DevCluster) -> int:
     import asyncio
 
     from broker.metadata import records
+    from broker.clock import SystemClock
     from broker.metadata.etcd import EtcdMetadataStore
 
     async def read() -> int:
-        store = EtcdMetadataStore(cluster.metadata_url)
+        store = EtcdMetadataStore(cluster.metadata_url, clock=SystemClock())
         try:
             kv = await store.get(records.CONTROLLER_KEY)
             return -1 if kv is None else records.decode(kv.value, records.ControllerRecord).node_id

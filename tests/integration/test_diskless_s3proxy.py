@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import random
 import select
 import signal
 import socket
@@ -42,6 +43,7 @@ def test_s3_store_operations_through_proxy(moto_server, tmp_path):
     """The broker's S3 store, through the proxy: put, conditional put, get (whole, ranged,
     missing), head, list, delete_many (a POST) all behave as against moto directly."""
     from broker.objectstore import NotFound
+    from broker.clock import SystemClock
     from broker.objectstore.s3 import S3ObjectStore
 
     async def body(port: int) -> None:
@@ -50,6 +52,8 @@ def test_s3_store_operations_through_proxy(moto_server, tmp_path):
             f"s3proxy-self/{os.getpid()}",
             endpoint_url=f"http://127.0.0.1:{port}",
             region="us-east-1",
+            clock=SystemClock(),
+            rng=random.Random(),
         )
         try:
             big = os.urandom(3 << 20)  # large enough for Expect: 100-continue

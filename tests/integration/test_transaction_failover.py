@@ -248,10 +248,11 @@ def preferred_leader(cluster: DevCluster, topic: str, partition: int) -> int:
     import asyncio
 
     from broker.metadata import records
+    from broker.clock import SystemClock
     from broker.metadata.etcd import EtcdMetadataStore
 
     async def read() -> int:
-        store = EtcdMetadataStore(cluster.metadata_url)
+        store = EtcdMetadataStore(cluster.metadata_url, clock=SystemClock())
         try:
             kv = await store.get(records.topic_key(topic))
             assert kv is not None, f"no topic {topic}"

@@ -1,13 +1,14 @@
 """Seeded randomness, seeded ids, and a safety net against hidden sources of nondeterminism.
 
-A seed must fix everything a run does. The broker is being changed to take its clock, ids
-and random sources by injection (STYLE 9), but not everywhere yet, so `determinism_guard`
-patches the process-wide sources for the duration of one run:
+A seed must fix everything a run does. The broker takes its clock, ids and random sources by
+injection (STYLE 9; no component defaults to a real one, tests/unit/test_injected_sources.py),
+and `determinism_guard` still patches the process-wide sources for the duration of one run,
+against what a library or a slip reads behind the injection's back:
 
 - `random` module functions: the hidden global instance is reseeded from the run's seed
   and restored afterwards (this also covers `from random import random` and bound methods
-  captured at import); so is `broker.randomness.PROCESS_RANDOM`, the default source of
-  components built without an Environment (RetryPolicy's jitter, for one).
+  captured at import); so is `broker.randomness.PROCESS_RANDOM`, the process's own source
+  (the Spark job's; no broker component uses it).
 - `uuid.uuid4` / `uuid.uuid1` and `os.urandom`: drawn from the seeded rng.
 - `time.time`/`time_ns` (virtual wall clock), `time.monotonic`/`monotonic_ns` and
   `time.perf_counter`/`perf_counter_ns` (virtual): perf_counter feeds only metrics today,

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from broker.clock import Clock
 from broker.metadata.local import LocalMetadataStore
 from broker.metadata.store import KeyValue, Lease, LeaseKeepAlive, MetadataError, MetadataUnavailable, WatchEvent
 
@@ -69,10 +70,12 @@ class FaultyMetadataStore:
         rng: SimRandom,
         trace: Trace,
         *,
+        clock: Clock,
         faults: MetadataFaults | None = None,
         name: str = "metadata",
     ) -> None:
         self.inner = inner
+        self._clock = clock  # the inner store's: keep-alives pace themselves on it
         self.faults = faults or MetadataFaults()
         self._rng = rng
         self._trace = trace
@@ -149,7 +152,7 @@ class FaultyMetadataStore:
     def start_keep_alive(self, lease: Lease) -> LeaseKeepAlive:
         """Renews through this wrapper, so renewals see the faults."""
         self._keepers = [k for k in self._keepers if k.running]
-        keeper = LeaseKeepAlive(self, lease).start()
+        keeper = LeaseKeepAlive(self, lease, clock=self._clock).start()
         self._keepers.append(keeper)
         return keeper
 
@@ -277,4 +280,4 @@ def build_metadata_store(
     """An in-memory LocalMetadataStore on `clock` (leases expire in virtual time) behind
     faults drawn from `rng`."""
     inner = LocalMetadataStore(None, clock, **options)
-    return FaultyMetadataStore(inner, rng, trace, faults=faults, name=name)
+    return FaultyMetadataStore(inner, rng, trace, clock=clock, faults=faults, name=name)

@@ -60,6 +60,7 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
             Committer(),
             None,
             BrokerMetrics(),
+            clock=sim.clock,
             buffer_max_bytes=1,
             linger_ms=1000,
             max_inflight_bytes=1 << 20,

@@ -128,13 +128,17 @@ def test_retry_layer_resumes_a_failed_listing_and_put_if_absent_survives_a_lost_
             list_page_size=4,
             faults=ObjectStoreFaults(delay_s=(0, 0), fail_p=0.3, operations=frozenset({"list"})),
         )
-        store = RetryingObjectStore(faulty, RetryPolicy(max_attempts=50, random=sim.fork("r").random))
+        store = RetryingObjectStore(
+            faulty, RetryPolicy(max_attempts=50, random=sim.fork("r").random, sleep=sim.clock.sleep)
+        )
         listed = [info.key async for info in store.list("l/")]
         assert listed == [f"l/{i:02d}" for i in range(30)], "every key once, in order, across failed pages"
         assert sim.trace.count("objectstore", "list l/ failed") > 0
 
         faulty.faults = ObjectStoreFaults(delay_s=(0, 0), lost_answer_p=1.0, operations=frozenset({"put_if_absent"}))
-        store = RetryingObjectStore(faulty, RetryPolicy(max_attempts=2, random=sim.fork("r").random))
+        store = RetryingObjectStore(
+            faulty, RetryPolicy(max_attempts=2, random=sim.fork("r").random, sleep=sim.clock.sleep)
+        )
         with pytest.raises(ObjectStoreUnavailable):
             await store.put_if_absent("lease", b"me")
         faulty.faults = ObjectStoreFaults.none()

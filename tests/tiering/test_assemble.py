@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from broker.clock import SystemClock
 from broker.log.markers import RemoteSegmentEvent, RemoteSegmentState, encode_marker
 from broker.log.txn_index import AbortedTxn, decode_entries
 from broker.objectstore import MemoryObjectStore
@@ -106,7 +107,7 @@ def _files(store: MemoryObjectStore, plan: RangePlan) -> dict[SegmentFile, bytes
 
 
 def test_assembled_segment_is_a_kafka_segment_with_the_served_bytes() -> None:
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, served = _scenario(store)
     manifest = asyncio.run(assemble_range(store, CLUSTER, "p1", plan))
     files = _files(store, plan)
@@ -134,7 +135,7 @@ def test_assembled_segment_is_a_kafka_segment_with_the_served_bytes() -> None:
 
 
 def test_rerun_writes_the_same_bytes() -> None:
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, _ = _scenario(store)
     asyncio.run(assemble_range(store, CLUSTER, "p1", plan))
     first = _files(store, plan)
@@ -143,7 +144,7 @@ def test_rerun_writes_the_same_bytes() -> None:
 
 
 def test_wrong_coordinates_fail_and_write_no_manifest() -> None:
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, _ = _scenario(store)
     bad = plan.batches[4]
     batches = list(plan.batches)
@@ -161,7 +162,7 @@ async def _keys(store: MemoryObjectStore) -> list[str]:
 
 def test_coalesced_reads_use_one_get_per_object() -> None:
     gets: list[str] = []
-    store = MemoryObjectStore(on_request=lambda op, outcome, s, n: gets.append(op))
+    store = MemoryObjectStore(clock=SystemClock(), on_request=lambda op, outcome, s, n: gets.append(op))
     plan, _ = _scenario(store, batches_per_object=5, objects=3)
     gets.clear()
     asyncio.run(assemble_range(store, CLUSTER, "p1", plan))
@@ -169,7 +170,7 @@ def test_coalesced_reads_use_one_get_per_object() -> None:
 
 
 def test_index_lookup_finds_every_batch() -> None:
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, served = _scenario(store)
     asyncio.run(assemble_range(store, CLUSTER, "p1", plan))
     files = _files(store, plan)
@@ -185,7 +186,7 @@ def test_index_lookup_finds_every_batch() -> None:
 def test_aborted_transactions_become_the_segments_txnindex() -> None:
     """Kafka's .txnindex layout (34-byte entries), listed in the manifest with its size and
     CRC32C; without aborted transactions there is no file and the manifest says so."""
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, _ = _scenario(store)
     aborts = [PlannedAbortedTxn(5, BASE, BASE + 8, BASE + 9), PlannedAbortedTxn(6, BASE + 3, BASE + 20, BASE + 21)]
     manifest = asyncio.run(assemble_range(store, CLUSTER, "p1", msgspec.structs.replace(plan, aborted_txns=aborts)))
@@ -200,7 +201,7 @@ def test_aborted_transactions_become_the_segments_txnindex() -> None:
     assert not manifest.txn_index_empty
     assert manifest.files[".txnindex"] == FileInfo(len(data), crc32c.crc32c(data))
 
-    plain = MemoryObjectStore()
+    plain = MemoryObjectStore(clock=SystemClock())
     plan, _ = _scenario(plain)
     manifest = asyncio.run(assemble_range(plain, CLUSTER, "p1", plan))
     assert manifest.txn_index_empty and ".txnindex" not in manifest.files
@@ -208,7 +209,7 @@ def test_aborted_transactions_become_the_segments_txnindex() -> None:
 
 
 def test_an_abort_outside_the_range_fails_the_segment() -> None:
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, _ = _scenario(store)
     outside = [PlannedAbortedTxn(5, BASE, plan.next_offset, plan.next_offset + 1)]  # its marker is past the range
     with pytest.raises(AssemblyError, match="outside the segment"):
@@ -217,7 +218,7 @@ def test_an_abort_outside_the_range_fails_the_segment() -> None:
 
 def test_a_version_1_plan_reads_with_no_aborted_transactions() -> None:
     """A plan written before the upgrade (no `aborted_txns`) still runs; a newer one is refused."""
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     plan, _ = _scenario(store)
     old = msgspec.msgpack.decode(encode_plan(Plan(1, "p1", CLUSTER, 1, 0, [plan]))[4:])
     del old["ranges"][0]["aborted_txns"]

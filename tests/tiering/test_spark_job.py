@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from broker.clock import SystemClock
 from broker.objectstore import open_object_store
 from tests.gates import require_spark
 from tests.tiering.test_assemble import CLUSTER, TOPIC_ID, _scenario
@@ -37,7 +39,7 @@ def test_job_assembles_every_range_and_reports_failures(spark: Any, tmp_path: Pa
     from spark_jobs.assemble_segments import run_job
 
     url = f"file://{tmp_path}"
-    store = open_object_store(url)
+    store = open_object_store(url, clock=SystemClock(), rng=random.Random())
     good, _ = _scenario(store)  # type: ignore[arg-type]
     broken_batches = list(good.batches)
     broken_batches[0] = PlannedBatch(good.batches[0].header, "0000000000099-0000000001-0000000000", 0, 10)

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.cluster import registration as registration_module
 from broker.cluster.registration import REGISTRATION_WAIT_MARGIN_S, Membership
 from broker.config import StartRefused
@@ -38,7 +38,7 @@ class Announced:
 
 
 def membership(store: LocalMetadataStore, incarnation: str, port: int = 9092) -> Membership:
-    return Membership(store, record(incarnation, port), SESSION_MS, HEARTBEAT_MS, Announced())
+    return Membership(store, record(incarnation, port), SESSION_MS, HEARTBEAT_MS, Announced(), SystemClock())
 
 
 async def registered(store: LocalMetadataStore) -> records.BrokerRecord | None:
@@ -83,7 +83,7 @@ def test_a_registration_of_another_incarnation_is_waited_out_until_its_lease_exp
 
 def test_a_live_registration_of_another_incarnation_refuses_the_start_naming_it(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = LocalMetadataStore(tmp_path / "store.json")  # real time: the live one renews its lease
+        store = LocalMetadataStore(tmp_path / "store.json", SystemClock())  # real time: the live one renews its lease
         live = membership(store, "live-one", port=9092)
         await live.start()
         duplicate = membership(store, "duplicate", port=9093)
@@ -134,7 +134,7 @@ def test_our_own_registration_under_another_lease_is_taken_over(tmp_path: Path) 
     key then holds our own incarnation, which we may overwrite."""
 
     async def scenario() -> None:
-        store = LocalMetadataStore(tmp_path / "store.json")
+        store = LocalMetadataStore(tmp_path / "store.json", SystemClock())
         stray = await store.grant_lease(30)
         await store.put(records.broker_key(1), records.encode(record("me")), lease=stray)
         broker = membership(store, "me")

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from broker.clock import SystemClock
 from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
 from broker.objectstore import MemoryObjectStore
 from broker.protocol.errors import ErrorCode
@@ -49,7 +50,7 @@ def object_aged(age_ms: int) -> str:
 )
 def test_commit_deadline_boundary(tmp_path: Path, age_ms: int, committed: bool) -> None:
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2)
         response = rig.committer.apply(commit_request(rig, object_aged(age_ms)))
         codes = [r.error_code for r in response.results]
         if committed:
@@ -66,7 +67,7 @@ def test_commit_deadline_boundary(tmp_path: Path, age_ms: int, committed: bool) 
 @pytest.mark.parametrize("offset, length", [(-1, 100), (8, 0), (8, -100), (-(2**40), -1)])
 def test_commit_with_impossible_coordinates_fails_only_that_partition(tmp_path: Path, offset: int, length: int) -> None:
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2)
         response = rig.committer.apply(commit_request(rig, object_aged(0), {1: (offset, length)}))
         assert [r.error_code for r in response.results] == [0, ErrorCode.CORRUPT_MESSAGE]
         assert "bad range" in response.results[1].error_message
@@ -81,7 +82,7 @@ def test_a_version_2_commit_is_answered_unsupported_version(tmp_path: Path) -> N
     than its connection being dropped as undecodable."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2)
         current = commit_request(rig, object_aged(0))
         old = [
             current.version - 1,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.broker import Broker
+from broker.clock import SystemClock
 from broker.cluster.messages import VIEW_REVISION_VERSION, ViewRevisionRequest, ViewRevisionResponse
 from broker.metadata import LocalMetadataStore, records
 from broker.partition_ids import TopicIdPartition
@@ -31,7 +32,7 @@ def seed_store(data_dir: Path, rpc_port: int | None = None) -> None:
     broker 0 never decides leadership itself."""
 
     async def write() -> None:
-        store = LocalMetadataStore(data_dir / "metadata" / "store.json")
+        store = LocalMetadataStore(data_dir / "metadata" / "store.json", SystemClock())
         peer = records.BrokerRecord(
             records.RECORD_VERSION,
             1,

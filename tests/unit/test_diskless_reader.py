@@ -9,6 +9,7 @@ import uuid
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from broker.clock import SystemClock
 from broker.diskless.cache import ObjectCache
 from broker.log.coordinates import WalRef, make_ref
 from broker.diskless.reader import WalReader, WalReadError
@@ -38,7 +39,7 @@ class CountingStore(MemoryObjectStore):
     """The in-memory store, counting GETs through its request observer."""
 
     def __init__(self) -> None:
-        super().__init__(on_request=self._observe)
+        super().__init__(clock=SystemClock(), on_request=self._observe)
         self.gets: list[tuple[str, int]] = []  # (outcome, bytes)
 
     def _observe(self, operation: str, outcome: str, seconds: float, nbytes: int) -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from kafka.protocol.consumer import FetchRequest
 
+from broker.clock import SystemClock
 from broker.config import load_config
 from broker.handlers import fetch
 from broker.objectstore import MemoryObjectStore
@@ -54,7 +55,7 @@ def fetch_request(*wanted: tuple[str, int, int]) -> FetchRequest:
 
 async def diskless_with_classic(tmp_path: Path) -> tuple[Rig, SimpleNamespace]:
     """Diskless t-0 and t-1 (one batch each, in one WAL object per partition) and classic c-0."""
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     rig = Rig(tmp_path, store, partitions=2, wal_linger_ms=1)
     for index in range(2):  # one object each, so one can go missing alone
         [result] = await asyncio.gather(*rig.writer.submit([rig.append(index, batch(0, producer_id=30 + index))]))

@@ -15,6 +15,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from broker.clock import SystemClock
 from broker.config import load_config
 from broker.handlers import fetch
 from broker.objectstore import MemoryObjectStore
@@ -47,7 +48,7 @@ def value_batch(size: int, tag: int) -> memoryview:
 async def topics_with_data(tmp_path: Path) -> tuple[SimpleNamespace, dict[str, list[list[int]]]]:
     """Diskless "d" and classic "c", three partitions each holding VALUES' batches (one record
     each, so offset i is batch i). Returns the broker seam and each partition's batch sizes."""
-    rig = Rig(tmp_path / "d", MemoryObjectStore(), partitions=3, wal_linger_ms=1)
+    rig = Rig(tmp_path / "d", MemoryObjectStore(clock=SystemClock()), partitions=3, wal_linger_ms=1)
     classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
     hosted: dict[tuple[str, int], Partition] = {}
     sizes: dict[str, list[list[int]]] = {"c": [], "d": []}

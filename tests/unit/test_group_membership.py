@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from broker.groups import (
@@ -29,6 +31,11 @@ from tests.unit.group_membership_support import (
 )
 
 E = ErrorCode
+
+
+def random_id() -> str:
+    """Member ids for reloaded groups, random as the broker's (Environment.new_uuid)."""
+    return str(uuid.uuid4())
 
 
 def form_group(n: int = 3, *, instances=None, skip=False):
@@ -538,7 +545,7 @@ def test_snapshot_round_trip_and_reload():
     assert back.leader_id == results[0].member_id
 
     clock.advance(60_000)  # coordinator failover: far past every old session deadline
-    loaded = ClassicGroup.from_snapshot(back, GroupConfig(), clock.now_ms())
+    loaded = ClassicGroup.from_snapshot(back, GroupConfig(), clock.now_ms(), new_uuid=random_id)
     assert loaded.state is GroupState.STABLE and loaded.generation_id == 1
     assert loaded.leader_id == group.leader_id
     assert loaded.static_member_id("i1") == results[1].member_id
@@ -558,11 +565,11 @@ def test_snapshot_round_trip_and_reload():
 
 def test_snapshot_of_empty_group_and_over_capacity_reload():
     group, clock = make_group()
-    empty = ClassicGroup.from_snapshot(group.to_snapshot(), None, 0)
+    empty = ClassicGroup.from_snapshot(group.to_snapshot(), None, 0, new_uuid=random_id)
     assert empty.state is GroupState.EMPTY
     g3, clock3, results = form_group(3)
     complete_sync(g3, clock3, results)
-    small = ClassicGroup.from_snapshot(g3.to_snapshot(), GroupConfig(max_size=2), clock3.now_ms())
+    small = ClassicGroup.from_snapshot(g3.to_snapshot(), GroupConfig(max_size=2), clock3.now_ms(), new_uuid=random_id)
     assert small.state is GroupState.PREPARING_REBALANCE
 
 

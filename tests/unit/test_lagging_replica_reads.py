@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import msgspec
 
+from broker.clock import SystemClock
 from broker.cluster.view import PartitionState
 from broker.diskless.cache import ObjectCache
 from broker.handlers import fetch
@@ -34,7 +35,7 @@ STATE = PartitionStateRecord(1, [LEADER, FOLLOWER], LEADER, 0, [LEADER, FOLLOWER
 
 def no_tiers() -> TieredReader:
     """A tiered reader over an empty store: these partitions have no tiered segments."""
-    return TieredReader(MemoryObjectStore(), lambda: "c", ObjectCache(0))
+    return TieredReader(MemoryObjectStore(clock=SystemClock()), lambda: "c", ObjectCache(0))
 
 
 class Peers:
@@ -78,7 +79,7 @@ def broker_view(node_id: int, rig: Rig, hosted: dict, peers: Peers) -> SimpleNam
 
 async def cluster(tmp_path: Path) -> tuple[Rig, Partition, Peers]:
     """Leader with 5 committed batches (offsets 0-9); a follower that copied only the first 2."""
-    rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=1)
+    rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=1)
     leader = rig.partitions[0]
     leader.topic_id = str(TOPIC_ID)
     for seq in range(0, 10, 2):
@@ -171,7 +172,7 @@ def test_a_fetch_mixing_hosted_and_remote_partitions_long_polls_both(tmp_path: P
     wakes it too."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2, wal_linger_ms=1)
         for index in range(2):
             rig.partitions[index].topic_id = str(TOPIC_ID)
             [result] = await asyncio.gather(*rig.writer.submit([rig.append(index, batch(0, producer_id=60 + index))]))

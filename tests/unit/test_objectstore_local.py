@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 from pathlib import Path
 
 import pytest
 
+from broker.clock import SystemClock
 from broker.objectstore import LocalObjectStore, ObjectStoreError
 from broker.objectstore.local import STALE_TMP_AGE_S, TMP_DIR_NAME
 
@@ -19,7 +21,7 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 
 def test_keys_are_files_under_the_root_and_no_temporary_file_is_left(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path)
+    store = LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random())
 
     async def body() -> None:
         await store.put("wal/cluster/0001", b"abc")
@@ -33,7 +35,7 @@ def test_keys_are_files_under_the_root_and_no_temporary_file_is_left(tmp_path: P
 
 
 def test_reserved_tmp_dir_is_neither_a_key_nor_listed(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path)
+    store = LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random())
     (tmp_path / TMP_DIR_NAME / "junk.tmp").write_bytes(b"partial")
 
     async def body() -> None:
@@ -46,20 +48,20 @@ def test_reserved_tmp_dir_is_neither_a_key_nor_listed(tmp_path: Path) -> None:
 
 
 def test_stale_temporary_files_are_removed_on_open(tmp_path: Path) -> None:
-    LocalObjectStore(tmp_path)
+    LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random())
     stale = tmp_path / TMP_DIR_NAME / "stale.tmp"
     fresh = tmp_path / TMP_DIR_NAME / "fresh.tmp"
     stale.write_bytes(b"old")
     fresh.write_bytes(b"maybe another writer's")
     old = time.time() - STALE_TMP_AGE_S - 60
     os.utime(stale, (old, old))
-    LocalObjectStore(tmp_path)
+    LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random())
     assert not stale.exists()
     assert fresh.exists()
 
 
 def test_object_and_directory_of_the_same_name_conflict(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path)
+    store = LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random())
 
     async def body() -> None:
         await store.put("a/b", b"x")
@@ -76,7 +78,7 @@ def test_object_and_directory_of_the_same_name_conflict(tmp_path: Path) -> None:
 
 
 def test_delete_removes_empty_directories(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path)
+    store = LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random())
 
     async def body() -> None:
         await store.put("x/y/z/1", b"1")
@@ -91,7 +93,7 @@ def test_delete_removes_empty_directories(tmp_path: Path) -> None:
 
 
 def test_concurrency_is_bounded(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path, max_concurrency=2)
+    store = LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random(), max_concurrency=2)
     peak = 0
 
     async def watch() -> None:
@@ -109,4 +111,4 @@ def test_concurrency_is_bounded(tmp_path: Path) -> None:
 
 def test_max_concurrency_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="object.store.max.concurrency"):
-        LocalObjectStore(tmp_path, max_concurrency=0)
+        LocalObjectStore(tmp_path, clock=SystemClock(), rng=random.Random(), max_concurrency=0)

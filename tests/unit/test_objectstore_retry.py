@@ -10,7 +10,7 @@ import asyncio
 import botocore.exceptions
 import pytest
 
-from broker.objectstore.retry import NO_RETRY, RetryPolicy
+from broker.objectstore.retry import RetryPolicy
 from broker.objectstore.s3 import is_retriable, is_throttled
 
 
@@ -92,11 +92,13 @@ def test_attempts_are_bounded() -> None:
     assert sleeps == [0.1, 0.2, 0.4]
 
 
-def test_no_retry_policy_makes_one_attempt() -> None:
+def test_one_attempt_policy_never_retries() -> None:
+    sleeps: list[float] = []
     operation = Scripted(client_error(503, "SlowDown"))
     with pytest.raises(botocore.exceptions.ClientError):
-        asyncio.run(NO_RETRY.run(operation, is_retriable))
+        asyncio.run(policy(sleeps, max_attempts=1).run(operation, is_retriable))
     assert operation.attempts == [1]
+    assert sleeps == []
 
 
 def test_will_retry() -> None:
@@ -154,7 +156,7 @@ def test_not_retriable(exc: BaseException) -> None:
 )
 def test_policy_validation(options: dict[str, float]) -> None:
     with pytest.raises(ValueError):
-        RetryPolicy(**options)  # type: ignore[arg-type]
+        policy([], **options)
 
 
 def test_throttling_is_told_apart() -> None:

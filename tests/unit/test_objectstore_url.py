@@ -3,43 +3,52 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
 
+from broker.clock import SystemClock
 from broker.objectstore import LocalObjectStore, MemoryObjectStore, open_object_store
 from broker.objectstore.s3 import S3ObjectStore
 from broker.objectstore import parse_s3_url
 
+CLOCK, RNG = SystemClock(), random.Random()  # what a broker process passes (Environment.for_process)
+
 
 def test_memory() -> None:
-    assert isinstance(open_object_store("memory://"), MemoryObjectStore)
-    assert isinstance(open_object_store("memory:"), MemoryObjectStore)
+    assert isinstance(open_object_store("memory://", clock=CLOCK, rng=RNG), MemoryObjectStore)
+    assert isinstance(open_object_store("memory:", clock=CLOCK, rng=RNG), MemoryObjectStore)
 
 
 def test_file(tmp_path: Path) -> None:
-    store = open_object_store(f"file://{tmp_path}/objects")
+    store = open_object_store(f"file://{tmp_path}/objects", clock=CLOCK, rng=RNG)
     assert isinstance(store, LocalObjectStore)
     assert store.root == tmp_path / "objects"
+    assert store._clock is CLOCK and store._rng is RNG
     assert (tmp_path / "objects").is_dir()
-    spaced = open_object_store(f"file://localhost{tmp_path}/with%20space")
+    spaced = open_object_store(f"file://localhost{tmp_path}/with%20space", clock=CLOCK, rng=RNG)
     assert spaced.root == tmp_path / "with space"  # type: ignore[union-attr]
 
 
 def test_file_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    store = open_object_store("file:data/objects")
+    store = open_object_store("file:data/objects", clock=CLOCK, rng=RNG)
     assert store.root == tmp_path / "data" / "objects"  # type: ignore[union-attr]
 
 
 def test_s3() -> None:
     store = open_object_store(
-        "s3://my-bucket/shoal/cluster-1/?endpoint=http://127.0.0.1:9000&region=eu-west-1", max_concurrency=7
+        "s3://my-bucket/shoal/cluster-1/?endpoint=http://127.0.0.1:9000&region=eu-west-1",
+        clock=CLOCK,
+        rng=RNG,
+        max_concurrency=7,
     )
     assert isinstance(store, S3ObjectStore)
     assert store.bucket == "my-bucket"
     assert store.prefix == "shoal/cluster-1/"
     assert store._config.max_pool_connections == 7
+    assert store._clock is CLOCK and store._retry.sleep == CLOCK.sleep and store._retry.random == RNG.random
     assert store._config.s3 == {"addressing_style": "path", "payload_signing_enabled": False}
     asyncio.run(store.close())
     assert parse_s3_url("s3://my-bucket") == ("my-bucket", "", {})
@@ -75,9 +84,9 @@ def test_s3() -> None:
 )
 def test_bad_urls(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        open_object_store(url)
+        open_object_store(url, clock=CLOCK, rng=RNG)
 
 
 def test_options_for_other_schemes_are_rejected() -> None:
     with pytest.raises(ValueError, match="s3:// URLs only"):
-        open_object_store("memory://", request_timeout_ms=5)
+        open_object_store("memory://", clock=CLOCK, rng=RNG, request_timeout_ms=5)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from broker.clock import SystemClock
 from broker.config import load_config
 from broker.handlers import produce
 from broker.metadata.records import PartitionStateRecord
@@ -56,7 +57,7 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
     next request's batch for the same diskless partition was committed first."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=5)
         classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
         classic = Partition.open(
             "c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000, on_append=lambda p: None
@@ -105,7 +106,7 @@ def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None
 
     class StalledStore(MemoryObjectStore):
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__(clock=SystemClock())
             self.go = asyncio.Event()
 
         async def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -155,7 +156,7 @@ def test_a_disk_error_on_a_classic_partition_is_its_kafka_storage_error(tmp_path
     KAFKA_STORAGE_ERROR (retriable) for that partition."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)
         classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
         classic = Partition.open(
             "c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000, on_append=lambda p: None

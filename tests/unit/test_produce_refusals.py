@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from kafka.protocol.producer import InitProducerIdRequest
 
+from broker.clock import SystemClock
 from broker.config import load_config
 from broker.handlers import init_producer_id, produce
 from broker.metadata.records import PartitionStateRecord
@@ -30,7 +31,7 @@ CLASSIC_ID = uuid.UUID(int=11)
 
 
 def seam(tmp_path: Path):  # type: ignore[no-untyped-def]
-    rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=1)
+    rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=1)
     classic_settings = effective({"diskless.enable": "false"}, load_config(environ={}))
     classic = lead(
         Partition.open("c", 0, tmp_path / "c-0", classic_settings, rig.clock, 86_400_000, on_append=lambda p: None)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
 from broker.log import EntryKind, OffsetOutOfRangeError
 from broker.log.coordinates import make_ref
@@ -168,7 +168,7 @@ def test_a_follower_starts_over_inside_a_batch_of_a_tiered_segment(tmp_path: Pat
     """DeleteRecords inside a batch that a tiered segment also holds: the follower installs the
     leader's segments at the log start, then takes the batch below it."""
     clock = ManualClock(CLOCK_START)
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     leader = open_replica(tmp_path / "leader", clock, False, **ONE_BATCH_SEGMENTS)
     leader.make_leader(0, LEADER_STATE, 1)
     fill(leader)

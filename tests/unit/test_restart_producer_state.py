@@ -151,7 +151,7 @@ def test_a_follower_starting_over_above_a_tiered_transaction_gets_its_abort(tmp_
     locally; a new replica starts over at 6, between the transaction's first batch and its
     marker. It must index the ABORT as the leader does, and serve it once it leads."""
     clock = ManualClock(CLOCK_START)
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     leader = partition(tmp_path / "leader", clock, **SMALL_TIERED)
     leader.make_leader(0, LEADER_STATE, 1)
     open_transaction_then_plain_batches(leader)

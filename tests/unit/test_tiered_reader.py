@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from broker.clock import SystemClock
 from broker.diskless.cache import ObjectCache
 from broker.log.markers import RemoteSegmentState
 from broker.log.remote_segments import RemoteSegment
@@ -22,7 +23,7 @@ from tiering.assemble import assemble_range
 
 def _segment(monkeypatch: pytest.MonkeyPatch) -> tuple[MemoryObjectStore, RemoteSegment, list[bytes], list[str]]:
     gets: list[str] = []
-    store = MemoryObjectStore(on_request=lambda op, outcome, s, n: gets.append(op))
+    store = MemoryObjectStore(clock=SystemClock(), on_request=lambda op, outcome, s, n: gets.append(op))
     plan, served = _scenario(store, batches_per_object=10, objects=6)
     manifest = asyncio.run(assemble_range(store, CLUSTER, "p1", plan))
     segment = RemoteSegment(

@@ -16,7 +16,7 @@ import dataclasses
 import uuid
 from pathlib import Path
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore
 from broker.offload.service import OffloadService, OffloadSettings
@@ -60,7 +60,7 @@ def one_cycle(partition: Partition, store: MemoryObjectStore, clock: ManualClock
 
 def test_a_range_both_tiered_and_local_counts_once_against_retention_bytes(tmp_path: Path) -> None:
     clock = ManualClock(CLOCK_START)
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     partition = lead(open_partition(tmp_path, clock, **SETTINGS))
     partition.topic_id = str(TOPIC_ID)
     for seq in range(0, 20, 2):

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from types import SimpleNamespace
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.diskless.cache import ObjectCache
 from broker.handlers import fetch
 from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent
@@ -96,7 +96,7 @@ def tiered_below_the_local_log(tmp_path: Path) -> tuple[Partition, MemoryObjectS
     tiered as two segments and dropped locally."""
     clock = ManualClock(1_800_000_000_000)
     partition = transactional_partition(tmp_path, clock)
-    store = MemoryObjectStore()
+    store = MemoryObjectStore(clock=SystemClock())
     tier(partition, store, 0, 4)
     tier(partition, store, 4, 6)
     assert [s.txn_index_bytes for s in partition.remote_segments.readable] == [0, 34]

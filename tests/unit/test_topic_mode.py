@@ -5,10 +5,12 @@ remembers the creation mode), and topics stored before diskless topics existed s
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
 
+from broker.clock import SystemClock
 from broker.config import load_config
 from broker.metadata import records
 from broker.metadata.local import LocalMetadataStore
@@ -18,7 +20,7 @@ from broker.topics import TopicCatalog
 
 def catalog(tmp_path: Path, **settings: str) -> TopicCatalog:
     config = load_config(environ={}, overrides={"data.dir": str(tmp_path), **settings})
-    return TopicCatalog(LocalMetadataStore(tmp_path / "store.json"), config)
+    return TopicCatalog(LocalMetadataStore(tmp_path / "store.json", SystemClock()), config, new_uuid=uuid.uuid4)
 
 
 def test_mode_is_recorded_at_creation_and_kept_when_the_default_changes(tmp_path: Path) -> None:
@@ -57,7 +59,7 @@ def test_changing_the_mode_switches_the_topic_and_remembers_the_creation_mode(tm
 
 def test_a_topic_stored_before_switching_existed_was_created_in_its_current_mode(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = LocalMetadataStore(tmp_path / "store.json")
+        store = LocalMetadataStore(tmp_path / "store.json", SystemClock())
         configs = {"diskless.enable": "true"}
         old = records.TopicRecord(records.RECORD_VERSION, "old", "00000000-0000-0000-0000-000000000002", 1, configs)
         await store.put(records.topic_key("old"), records.encode(old), expected_revision=0)
@@ -87,7 +89,7 @@ def test_internal_topics_stay_classic(tmp_path: Path) -> None:
 
 def test_topics_stored_before_diskless_existed_load_as_classic(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = LocalMetadataStore(tmp_path / "store.json")
+        store = LocalMetadataStore(tmp_path / "store.json", SystemClock())
         old = records.TopicRecord(records.RECORD_VERSION, "old", "00000000-0000-0000-0000-000000000001", 1, {}, False)
         await store.put(records.topic_key("old"), records.encode(old), expected_revision=0)
         topics = catalog(tmp_path)

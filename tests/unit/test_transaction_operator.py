@@ -14,7 +14,7 @@ from kafka.admin import ProducerState
 from kafka.protocol.admin.transactions import DescribeProducersRequest
 
 from broker.cli import main
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.handlers import describe_producers
 from broker.metadata.records import PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
@@ -95,7 +95,7 @@ def test_describe_producers_on_a_classic_leader_and_its_errors(tmp_path: Path) -
 
 def test_describe_producers_on_a_diskless_leader(tmp_path: Path) -> None:
     async def scenario() -> Partition:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=1)
         [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, txn_batch(0, producer_id=7))]))
         assert result.error_code == 0
         await rig.writer.close()

@@ -16,7 +16,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import WriteTxnMarkersRequest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
 from broker.handlers import fetch, list_offsets, write_txn_markers
 from broker.log.txn_index import (
@@ -413,7 +413,7 @@ def test_retention_deletes_the_index_with_its_segment(tmp_path: Path, clock: Man
 
 def test_diskless_partition_transactions(tmp_path: Path) -> None:
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=1)
         partition = rig.partitions[0]
 
         async def add(b: memoryview) -> None:

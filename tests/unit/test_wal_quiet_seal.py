@@ -58,6 +58,7 @@ def arrivals(
             Committer(),
             None,
             metrics,
+            clock=sim.clock,
             buffer_max_bytes=1 << 20,
             linger_ms=LINGER_MS,
             max_inflight_bytes=8 << 20,

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker.clock import ManualClock
+from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
 from broker.diskless.cache import ObjectCache
 from broker.diskless.commit import CommitRequest, LocalCommitter, PendingCommit
@@ -79,6 +79,7 @@ class Rig:
             self.committer,
             self.cache,
             self.metrics,
+            clock=SystemClock(),
             buffer_max_bytes=int(overrides.get("wal_buffer_max_bytes", 8 << 20)),
             linger_ms=int(overrides.get("wal_linger_ms", 20)),
             max_inflight_bytes=int(overrides.get("wal_max_inflight_bytes", 64 << 20)),
@@ -108,7 +109,7 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 def test_many_partitions_and_producers_share_one_object(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = MemoryObjectStore()
+        store = MemoryObjectStore(clock=SystemClock())
         rig = Rig(tmp_path, store)
         sent = {i: sequence_batches(100 + i, 4) for i in range(3)}
         futures = []
@@ -142,7 +143,7 @@ def test_size_seal_and_commits_in_seal_order_even_when_uploads_finish_out_of_ord
             return await super().put_if_absent(key, data)
 
     async def scenario() -> None:
-        store = SlowFirstStore()
+        store = SlowFirstStore(clock=SystemClock())
         one = len(batch(0))
         rig = Rig(tmp_path, store, partitions=1, wal_buffer_max_bytes=2 * one, wal_linger_ms=10_000)
         batches = sequence_batches(7, 8)
@@ -166,7 +167,7 @@ def test_upload_failure_fails_every_batch_and_commits_nothing(tmp_path: Path) ->
             return await super().put_if_absent(key, data)
 
     async def scenario() -> None:
-        store = FailingOnce()
+        store = FailingOnce(clock=SystemClock())
         rig = Rig(tmp_path, store)
         first = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=i)) for i in range(3)]))
         assert {r.error_code for r in first} == {ErrorCode.KAFKA_STORAGE_ERROR}
@@ -193,7 +194,7 @@ class NoOverwrites(MemoryObjectStore):
 
 def test_a_key_holding_another_object_is_never_overwritten_and_the_batch_lands_under_a_new_key(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = NoOverwrites()
+        store = NoOverwrites(clock=SystemClock())
         rig = Rig(tmp_path, store, partitions=1)
         # Another process with this node id (or this node before its clock stepped back)
         # already wrote the key the writer takes first, and committed batches in it.
@@ -224,7 +225,7 @@ def test_keys_that_stay_taken_fail_the_object_with_kafka_storage_error(tmp_path:
     from broker.diskless.wal_writer import WAL_KEY_ATTEMPTS
 
     async def scenario() -> None:
-        store = EveryKeyTaken()
+        store = EveryKeyTaken(clock=SystemClock())
         rig = Rig(tmp_path, store)
         results = await asyncio.gather(*rig.writer.submit([rig.append(i, batch(0, producer_id=i)) for i in range(3)]))
         assert {r.error_code for r in results} == {ErrorCode.KAFKA_STORAGE_ERROR}
@@ -241,7 +242,7 @@ def test_keys_that_stay_taken_fail_the_object_with_kafka_storage_error(tmp_path:
 def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(tmp_path: Path) -> None:
     class GatedStore(MemoryObjectStore):
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__(clock=SystemClock())
             self.gate = asyncio.Event()
 
         async def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -270,7 +271,7 @@ def test_backpressure_holds_requests_in_arrival_order_and_bounds_inflight_bytes(
 
 def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore())
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()))
         stale_key = WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - 60_001, first_sequence=0).next()
         append = rig.append(0, batch(0))
         from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
@@ -285,7 +286,7 @@ def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
 
 def test_retried_idempotent_batch_in_a_new_object_answers_its_original_offset(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = MemoryObjectStore()
+        store = MemoryObjectStore(clock=SystemClock())
         rig = Rig(tmp_path, store)
         b = batch(0, producer_id=5)
         [first] = await asyncio.gather(*rig.writer.submit([rig.append(0, b)]))
@@ -301,7 +302,7 @@ def test_retried_idempotent_batch_in_a_new_object_answers_its_original_offset(tm
 
 def test_log_append_time_is_stamped_in_the_committed_header_and_the_object(tmp_path: Path) -> None:
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), **{"message.timestamp.type": "LogAppendTime"})
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), **{"message.timestamp.type": "LogAppendTime"})
         rig.clock.advance(5_000)
         original = batch(0)
         [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, original)]))
@@ -323,7 +324,7 @@ def test_retention_bytes_and_delete_records_count_the_referenced_batches(tmp_pat
         one = len(batches[0])
         rig = Rig(
             tmp_path,
-            MemoryObjectStore(),
+            MemoryObjectStore(clock=SystemClock()),
             partitions=1,
             **{"segment.bytes": str(2 * one), "retention.bytes": str(4 * one)},
         )
@@ -345,7 +346,7 @@ def test_retention_bytes_and_delete_records_count_the_referenced_batches(tmp_pat
 @pytest.mark.parametrize("acks", [0, 1])
 def test_acks_zero_and_one_commit_too(tmp_path: Path, acks: int) -> None:
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore())
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()))
         [result] = await asyncio.gather(*rig.writer.submit([rig.append(0, batch(0), acks=acks)]))
         assert result.error_code == 0 and rig.partitions[0].log.high_watermark == 2
         await rig.writer.close()
@@ -363,7 +364,7 @@ def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_co
             return [PendingCommit(loop.create_future(), loop.create_future()) for _ in request.partitions]
 
     async def scenario() -> None:
-        store = MemoryObjectStore()
+        store = MemoryObjectStore(clock=SystemClock())
         rig = Rig(tmp_path, store)
         dying = WalWriter(
             store,
@@ -371,6 +372,7 @@ def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_co
             NeverAnswers(),
             None,
             rig.metrics,
+            clock=SystemClock(),
             buffer_max_bytes=8 << 20,
             linger_ms=1,
             max_inflight_bytes=64 << 20,
@@ -390,7 +392,7 @@ def test_crash_between_upload_and_commit_leaves_nothing_visible_and_the_retry_co
 
 def test_close_ships_everything_including_requests_waiting_for_backpressure(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = MemoryObjectStore()
+        store = MemoryObjectStore(clock=SystemClock())
         rig = Rig(
             tmp_path, store, partitions=1, wal_buffer_max_bytes=1024, wal_max_inflight_bytes=1024, wal_linger_ms=60_000
         )
@@ -408,7 +410,7 @@ def test_an_unexpected_error_in_one_partition_fails_only_that_partition(tmp_path
     appended: their producers retried and duplicated."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=3)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=3)
         rig.partitions[1].log.close()  # appends now raise LogClosedError
         results = await asyncio.gather(
             *rig.writer.submit([rig.append(i, batch(0, producer_id=20 + i)) for i in range(3)])
@@ -429,7 +431,7 @@ def test_a_slow_partition_delays_only_the_producers_that_wrote_to_it(tmp_path: P
     was acknowledged, and the object's in-flight bytes stayed reserved until then."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2, wal_linger_ms=5)
         _stuck_follower(rig.partitions[1])
         [healthy] = rig.writer.submit([rig.append(0, batch(0, producer_id=1))])
         [slow] = rig.writer.submit([rig.append(1, batch(0, producer_id=2))])
@@ -484,6 +486,7 @@ def remote_writer(rig: Rig, leader: LeaderBroker, partitions: int) -> WalWriter:
         router,
         None,
         rig.metrics,
+        clock=SystemClock(),
         buffer_max_bytes=8 << 20,
         linger_ms=5,
         max_inflight_bytes=64 << 20,
@@ -495,7 +498,7 @@ def test_remote_commits_are_acknowledged_partition_by_partition(tmp_path: Path) 
     satisfied, so one slow partition held the producers of every other."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2, wal_linger_ms=5)
         _stuck_follower(rig.partitions[1])
         leader = LeaderBroker(rig.committer)
         writer = remote_writer(rig, leader, partitions=2)
@@ -529,7 +532,7 @@ def test_a_commit_whose_answer_was_lost_is_answered_as_possibly_persisted(tmp_pa
     sends again as a new message after an epoch bump: a duplicate in the log."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=5)
         leader = LeaderLostAfterApplying(rig.committer)
         writer = remote_writer(rig, leader, partitions=1)
         [answer] = writer.submit([rig.append(0, batch(0, producer_id=1))])
@@ -560,7 +563,13 @@ def test_after_a_failed_upload_the_producers_later_batches_wait_for_its_retry(tm
 
     async def scenario() -> None:
         one = len(batch(0))
-        rig = Rig(tmp_path, FirstPutFailsLate(), partitions=1, wal_buffer_max_bytes=one, wal_linger_ms=10_000)
+        rig = Rig(
+            tmp_path,
+            FirstPutFailsLate(clock=SystemClock()),
+            partitions=1,
+            wal_buffer_max_bytes=one,
+            wal_linger_ms=10_000,
+        )
         first, second = sequence_batches(7, 2)
         [a] = rig.writer.submit([rig.append(0, first)])  # each batch fills an object: two objects
         [b] = rig.writer.submit([rig.append(0, second)])
@@ -583,7 +592,7 @@ def test_batches_refused_as_not_the_representative_hold_back_the_producers_next_
     its way, and committed that one ahead of the first."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1, wal_linger_ms=5)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1, wal_linger_ms=5)
         first, second = sequence_batches(7, 2)
         rig.writer.refused(TOPIC_ID, 0, first, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         [held] = rig.writer.submit([rig.append(0, second)])
@@ -605,7 +614,7 @@ def test_a_replication_wait_answers_the_partitions_still_waiting_as_not_done(tmp
     from broker.diskless.commit import COMMIT_VERSION, ReplicationWaitRequest, WaitPartition
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=2, wal_linger_ms=5)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2, wal_linger_ms=5)
         _stuck_follower(rig.partitions[1])
         futures = rig.writer.submit([rig.append(0, batch(0, producer_id=1)), rig.append(1, batch(0, producer_id=2))])
         assert (await asyncio.wait_for(futures[0], 5)).error_code == 0
@@ -649,6 +658,7 @@ def moving_writer(rig: Rig, pool: object) -> tuple[WalWriter, SimpleNamespace]:
         router,
         None,
         rig.metrics,
+        clock=SystemClock(),
         buffer_max_bytes=len(batch(0)),  # one batch per object: one commit each
         linger_ms=5,
         max_inflight_bytes=64 << 20,
@@ -675,7 +685,7 @@ def test_a_later_batch_waits_while_an_earlier_one_is_unresolved_at_the_previous_
     representative."""
 
     async def scenario() -> None:
-        store = MemoryObjectStore()
+        store = MemoryObjectStore(clock=SystemClock())
         old, new = Rig(tmp_path / "old", store, partitions=1), Rig(tmp_path / "new", store, partitions=1)
         _stuck_follower(old.partitions[0])  # acks=all waits at the old leader
         writer, record = moving_writer(old, Leaders({0: LeaderBroker(old.committer), 1: LeaderBroker(new.committer)}))
@@ -704,7 +714,7 @@ def test_a_batch_whose_acknowledgement_failed_holds_back_the_producers_next_ones
     N+1 went to the new leader and landed ahead of N's retry."""
 
     async def scenario() -> None:
-        store = MemoryObjectStore()
+        store = MemoryObjectStore(clock=SystemClock())
         old, new = Rig(tmp_path / "old", store, partitions=1), Rig(tmp_path / "new", store, partitions=1)
         _stuck_follower(old.partitions[0])
         writer, record = moving_writer(old, Leaders({0: LeaderBroker(old.committer), 1: LeaderBroker(new.committer)}))
@@ -750,7 +760,7 @@ def test_a_commit_after_one_that_never_arrived_is_refused_by_the_leader(tmp_path
     as Kafka applies a connection's requests: in order, and nothing after one that is missing."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)
         writer, _record = moving_writer(rig, Leaders({0: FirstCommitLost(rig.committer)}))
         first, second = sequence_batches(7, 2)
         [a] = writer.submit([rig.append(0, first)])
@@ -790,7 +800,7 @@ def test_a_later_batch_acknowledged_lifts_the_barrier_of_an_earlier_one_whose_an
     from broker.diskless.commit import CommitResult
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)
         committer = DecidedByTheTest()
         writer = WalWriter(
             rig.store,
@@ -798,6 +808,7 @@ def test_a_later_batch_acknowledged_lifts_the_barrier_of_an_earlier_one_whose_an
             committer,
             None,
             rig.metrics,
+            clock=SystemClock(),
             buffer_max_bytes=len(batch(0)),
             linger_ms=5,
             max_inflight_bytes=64 << 20,
@@ -831,7 +842,7 @@ def test_a_batch_whose_answer_was_lost_does_not_hold_back_the_producers_next_one
     from broker.diskless.commit import CommitResult
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, MemoryObjectStore(), partitions=1)
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)
         committer = DecidedByTheTest()
         writer = WalWriter(
             rig.store,
@@ -839,6 +850,7 @@ def test_a_batch_whose_answer_was_lost_does_not_hold_back_the_producers_next_one
             committer,
             None,
             rig.metrics,
+            clock=SystemClock(),
             buffer_max_bytes=len(batch(0)),
             linger_ms=5,
             max_inflight_bytes=64 << 20,

@@ -180,6 +180,7 @@ async def diskless_write(sim: Sim) -> dict[str, int]:
         committer,
         ObjectCache(1 << 20),
         BrokerMetrics(),
+        clock=clock,
         buffer_max_bytes=one_batch * rng.randint(1, 8),
         linger_ms=rng.randint(1, 50),
         max_inflight_bytes=one_batch * rng.choice([2, 4, 16, 1 << 10]),

@@ -182,6 +182,7 @@ async def wal_gc_replicas(sim: Sim) -> dict[str, int]:
         committer,
         ObjectCache(1 << 20),
         BrokerMetrics(),
+        clock=clock,
         buffer_max_bytes=one_batch * rng.randint(1, 6),
         linger_ms=rng.randint(1, 50),
         max_inflight_bytes=one_batch * 64,
