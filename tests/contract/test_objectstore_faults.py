@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import crc32c
 import pytest
 
+from broker.clock import SystemClock
 from broker.objectstore import NotFound, ObjectStoreError, ObjectStoreUnavailable, RetryPolicy
 from broker.objectstore.s3 import S3ObjectStore
 
@@ -48,6 +50,8 @@ def run_through_proxy(
             endpoint_url=proxy.endpoint,
             region="us-east-1",
             session=_session(),
+            clock=SystemClock(),
+            rng=random.Random(),
             **options,
         )
         try:
