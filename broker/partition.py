@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .clock import Clock
-from .log import EntryKind, LogClosedError, OffsetOutOfRangeError, PartitionLog, RemoteRetention
+from .log import EntryKind, OffsetOutOfRangeError, PartitionLog, RemoteRetention
 from .log.markers import RemoteSegmentEvent, decode_marker, encode_marker
 from .log.modes import ModeChange, ModeEvent, ModeHistory, decode_mode_marker, encode_mode_marker
 from .log.remote_segments import RemoteSegments
@@ -36,6 +36,7 @@ from .log.epochs import LeaderEpochCache
 from .leader_state import LeaderState
 from .topic_config import TopicSettings
 from .wal_references import WalReferences
+from .wire_errors import LOG_STORAGE_FAILURES, wire_error
 
 log = logging.getLogger(__name__)
 
@@ -683,13 +684,13 @@ class Partition:
         except BaseException as exc:
             if self.log.log_end_offset > start:
                 self._roll_back(start)
-            if isinstance(exc, (OSError, LogClosedError)):  # the disk, not the request: retriable, as Kafka says
+            if isinstance(exc, LOG_STORAGE_FAILURES):  # the disk, not the request: retriable, as Kafka says
+                error = wire_error(
+                    exc, f"{self.topic}-{self.index}: the log could not be written, nothing was appended"
+                )
                 for header, _data in items:
-                    self.barriers.failed(None, header, ErrorCode.KAFKA_STORAGE_ERROR)
-                raise ApiError(
-                    ErrorCode.KAFKA_STORAGE_ERROR,
-                    f"{self.topic}-{self.index}: the log could not be written, nothing was appended: {exc}",
-                ) from exc
+                    self.barriers.failed(None, header, error.code)
+                raise error from exc
             raise
         if appended:
             self.advance_high_watermark()

@@ -28,6 +28,7 @@ from walfiles.keys import parse_wal_id
 
 from ..log.coordinates import make_ref
 from ..protocol.errors import ApiError, ErrorCode
+from ..wire_errors import wire_error
 from .commit_streams import CommitStream, CommitStreams
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ class LocalCommitter:
             return failed(exc)
         except Exception as exc:  # a disk error, a log closed under us: this partition only
             log.exception("commit of WAL object %s to partition %s-%d failed", object_id, part.topic_id, part.partition)
-            return failed(ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"commit failed, nothing was appended: {exc}"))
+            return failed(wire_error(exc, "commit failed, nothing was appended"))
         replicated = part.acks != -1 or (
             partition.log.high_watermark >= outcome.end_offset
             and partition.isr_size >= partition.settings.min_insync_replicas

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 from ..metadata.records import NO_LEADER
 from ..partition_ids import TopicIdPartition
 from ..protocol.errors import ApiError, ErrorCode
-from ..rpc import RpcError, RpcUnavailable
+from ..rpc import RpcError
+from ..wire_errors import wire_error
 from .commit_streams import CommitStream
 from .commit import (
     ACKS_TIMEOUT_S,
@@ -175,15 +176,8 @@ class CommitRouter:
             results = response.results
             if response.stream_closed_from >= 0 and request.stream is not None:
                 self._closed(leader, request.stream, response.stream_closed_from, results[0] if results else None)
-        except RpcUnavailable as exc:  # sent, maybe applied: "possibly persisted", never NOT_LEADER (not persisted)
-            results = [failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"commit to broker {leader}: {exc}"))] * len(
-                outcomes
-            )
-            _outcomes_unknown(outcomes)
-        except RpcError as exc:
-            results = [failed(ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"commit to broker {leader}: {exc}"))] * len(
-                outcomes
-            )
+        except RpcError as exc:  # unavailable: sent, maybe applied (REQUEST_TIMED_OUT); else not applied
+            results = [failed(wire_error(exc, f"commit to broker {leader}"))] * len(outcomes)
             _outcomes_unknown(outcomes)
         waiting: list[tuple[PendingCommit, CommitResult, WaitPartition]] = []
         for outcome, part, result in zip(outcomes, request.partitions, results):
@@ -221,7 +215,7 @@ class CommitRouter:
                     wait_ms / 1000 + RPC_MARGIN_S,
                 )
                 answers = answer.results
-            except RpcError as exc:
+            except RpcError as exc:  # applied: REQUEST_TIMED_OUT for any RPC failure, not wire_error's NOT_LEADER
                 for outcome, _result, _wanted in waiting:  # appended, replication unknown: the producer retries
                     outcome.acknowledged.set_result(
                         failed(ApiError(ErrorCode.REQUEST_TIMED_OUT, f"waiting for acks at broker {leader}: {exc}"))

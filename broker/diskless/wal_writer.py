@@ -61,6 +61,7 @@ from ..objectstore import ObjectWriter
 from ..producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers, sequenced
 from ..protocol.batch import BatchFormatError, parse_header, split_batches
 from ..protocol.errors import ApiError, ErrorCode
+from ..wire_errors import wire_error
 from .commit import (
     COMMIT_VERSION,
     CommitBatch,
@@ -326,10 +327,7 @@ class WalWriter:
                     exc,
                 )
                 metrics.wal_objects.labels("upload_failed").inc()
-                self._fail(
-                    obj,
-                    ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL object upload failed, nothing was committed: {exc}"),
-                )
+                self._fail(obj, wire_error(exc, "WAL object upload failed, nothing was committed"))
                 if previous is not None:
                     await previous  # the next object's commit still waits for every earlier one's
                 return
@@ -348,7 +346,7 @@ class WalWriter:
         except Exception as exc:
             log.exception("WAL object %s: commit failed", key.object_id)
             metrics.wal_objects.labels("commit_failed").inc()
-            self._fail(obj, ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL commit failed: {exc}"))
+            self._fail(obj, wire_error(exc, "WAL commit failed"))
             return
         finally:
             _done(obj.dispatched)

@@ -41,6 +41,7 @@ from ..reads.resolver import SERVED_KINDS, batch_pieces
 from .common import resolve_topic
 from ..routing.remote_reads import RemoteRead, Wanted, read_remote
 from .registry import api
+from ..wire_errors import wire_error
 
 if TYPE_CHECKING:
     from ..partition import Partition
@@ -145,7 +146,7 @@ async def _resolve(broker: HandlerContext, found: Found) -> None:
                 served += outcome
         if failure is not None and not served:
             logger.warning("fetch of partition %d could not read its WAL object: %s", response.partition_index, failure)
-            response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            response.error_code = wire_error(failure).code
         response.records = b"".join(served)
 
 
@@ -323,7 +324,7 @@ async def _read_tiered(broker: HandlerContext, response: Any, read: TieredRead) 
         logger.warning(
             "fetch of partition %d could not read tiered segment %s: %s", read.index, read.segment.segment_id, exc
         )
-        response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        response.error_code = wire_error(exc).code
         return
     response.records = b"".join(view for _header, view in batches)
 

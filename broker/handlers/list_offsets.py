@@ -22,6 +22,7 @@ from ..reads.replica_policy import forward_target
 from ..reads.resolver import batch_pieces
 from ..routing.forwarding import Forwarded
 from .registry import api
+from ..wire_errors import wire_error
 
 if TYPE_CHECKING:
     from ..log import LogEntry
@@ -161,5 +162,5 @@ async def _first_record_at_or_after(
         return max(header.base_offset, start), header.max_timestamp
     [pieces] = await batch_pieces(broker, [entry])
     if isinstance(pieces, Exception):
-        raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read the batch at offset {header.base_offset}: {pieces}")
+        raise wire_error(pieces, f"cannot read the batch at offset {header.base_offset}")
     return _first_in_batch(b"".join(pieces), target, exact, start) or (header.last_offset, header.max_timestamp)

@@ -25,6 +25,7 @@ from ..offload.reader import TieredReadError
 from ..protocol.errors import ApiError, ErrorCode
 from ..reads.replica_policy import holds, is_authoritative
 from ..reads.resolver import SERVED_KINDS
+from ..wire_errors import wire_error
 from .messages import (
     READ_COMMITTED,
     ROUTING_VERSION,
@@ -84,7 +85,7 @@ class ReplicaReadService:
                             partition, wanted.fetch_offset, segment.next_offset
                         )
                     except (ObjectStoreError, TieredReadError) as exc:
-                        raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+                        raise wire_error(exc) from None
                     aborted = [(t.producer_id, t.first_offset, t.last_offset) for t in found]
                 return ReadResult(
                     wanted.topic_id,

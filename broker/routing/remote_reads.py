@@ -100,7 +100,7 @@ async def _ask_sources(
             client = broker.rpc_pool.get(source, registration.rpc_host or "", registration.rpc_port)
             response = cast(ReplicaReadResponse, await client.call(request, max_wait_ms / 1000 + RPC_MARGIN_S))
             results = response.partitions
-        except RpcError:
+        except RpcError:  # a read has no "maybe applied": NOT_LEADER_OR_FOLLOWER for any RPC failure
             results = [
                 ReadResult(tid, index, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1) for _n, index, tid, *_rest in items
             ]
