@@ -21,6 +21,7 @@ from broker.clock import Clock
 from broker.objectstore.memory import MemoryObjectStore
 from broker.objectstore.local import LocalObjectStore
 from broker.objectstore.retry import RetryPolicy
+from broker.objectstore.retrying import Failures, RetryingObjectStore
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
     NotFound,
@@ -39,6 +40,7 @@ from broker.randomness import Random
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
+    "Failures",
     "LocalObjectStore",
     "MemoryObjectStore",
     "NotFound",
@@ -52,6 +54,7 @@ __all__ = [
     "ObjectWriter",
     "RequestObserver",
     "RetryPolicy",
+    "RetryingObjectStore",
     "object_store_scheme",
     "open_object_store",
     "validate_key",
