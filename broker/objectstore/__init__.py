@@ -85,7 +85,8 @@ def open_object_store(
 ) -> ObjectStore:
     """Open the store that `url` names. `max_concurrency` is `object.store.max.concurrency`
     (requests in flight per store); `on_request` receives every request attempt;
-    `retry` applies to S3 (the other stores do not fail transiently); `clock` and `rng`
+    `retry` applies to S3, which is the retry layer (`RetryingObjectStore`) over S3's requests
+    (the other stores do not fail transiently and are not wrapped); `clock` and `rng`
     are the broker's time and random sources; `s3_options` go to S3ObjectStore (timeouts,
     page sizes, session). Raises ValueError for a bad URL."""
     scheme = object_store_scheme(url)
