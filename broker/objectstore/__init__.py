@@ -21,6 +21,7 @@ from broker.clock import Clock
 from broker.objectstore.memory import MemoryObjectStore
 from broker.objectstore.local import LocalObjectStore
 from broker.objectstore.retry import RetryPolicy
+from broker.objectstore.retrying import Failures, RetryingObjectStore
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
     NotFound,
@@ -39,6 +40,7 @@ from broker.randomness import Random
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
+    "Failures",
     "LocalObjectStore",
     "MemoryObjectStore",
     "NotFound",
@@ -52,6 +54,7 @@ __all__ = [
     "ObjectWriter",
     "RequestObserver",
     "RetryPolicy",
+    "RetryingObjectStore",
     "object_store_scheme",
     "open_object_store",
     "validate_key",
@@ -82,7 +85,8 @@ def open_object_store(
 ) -> ObjectStore:
     """Open the store that `url` names. `max_concurrency` is `object.store.max.concurrency`
     (requests in flight per store); `on_request` receives every request attempt;
-    `retry` applies to S3 (the other stores do not fail transiently); `clock` and `rng`
+    `retry` applies to S3, which is the retry layer (`RetryingObjectStore`) over S3's requests
+    (the other stores do not fail transiently and are not wrapped); `clock` and `rng`
     are the broker's time and random sources; `s3_options` go to S3ObjectStore (timeouts,
     page sizes, session). Raises ValueError for a bad URL."""
     scheme = object_store_scheme(url)

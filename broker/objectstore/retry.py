@@ -1,7 +1,7 @@
 """Retry policy for object store requests: capped exponential backoff with full jitter.
 
-Used by the S3 store (botocore's own retries are switched off so there is exactly one
-retry loop, and every attempt is counted). The random source and the sleep are injected
+Used by the retry layer (retrying.py), over S3 and in the simulation (botocore's own
+retries are switched off so there is exactly one retry loop, and every attempt is counted). The random source and the sleep are injected
 (the broker's Environment.random and Clock.sleep) so tests run the loop without waiting
 (STYLE 9).
 

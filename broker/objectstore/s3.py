@@ -6,11 +6,14 @@ Addressed as `s3://bucket/prefix?endpoint=http://host:port&region=us-east-1` (se
 roles). The prefix is prepended to every key and stripped from listed keys, so several
 clusters or tests can share one bucket.
 
-Each request runs under a semaphore of `max_concurrency` slots (the HTTP connection pool
-has the same size, so a request holding a slot always finds a connection), with a per-
-attempt timeout, and through one retry loop (`RetryPolicy`; botocore's own retries are
-off). A slot is held for one attempt, not while backing off. Every attempt is reported to
-`on_request`.
+Two layers. `S3Requests` makes one HTTP request per call (per page of a listing, per
+batch of a delete) and reports the requests S3 answered; it neither retries nor bounds
+anything. `S3ObjectStore`, what `open_object_store` opens, is the shared retry layer
+(`RetryingObjectStore`: concurrency slots, per-attempt timeout, `RetryPolicy`) over it,
+with S3's classification of failures (`S3_FAILURES`); botocore's own retries are off, so
+there is one retry loop and every attempt is counted. The HTTP connection pool has
+`max_concurrency` connections, as many as the retry layer has slots, so an attempt holding
+a slot always finds a connection.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import asyncio
 import base64
 import builtins
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import aiohttp
 import botocore.exceptions
@@ -30,6 +33,7 @@ from aiobotocore.session import AioSession, get_session
 
 from broker.clock import Clock
 from broker.objectstore.retry import RetryPolicy
+from broker.objectstore.retrying import Failures, RetryingObjectStore, describe_error
 from broker.objectstore.store import (
     DEFAULT_MAX_CONCURRENCY,
     MAX_DELETE_BATCH,
@@ -37,7 +41,6 @@ from broker.objectstore.store import (
     NotFound,
     ObjectInfo,
     ObjectStoreError,
-    ObjectStoreUnavailable,
     RequestObserver,
     RequestTimer,
     as_bytes,
@@ -47,8 +50,6 @@ from broker.objectstore.store import (
     validate_range,
 )
 from broker.randomness import Random
-
-T = TypeVar("T")
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_CONNECT_TIMEOUT_MS = 5_000
@@ -123,7 +124,13 @@ def _is_not_found(exc: BaseException) -> bool:
     return status == 404 or code in _NOT_FOUND_CODES
 
 
-class S3ObjectStore:
+class S3Requests:
+    """One S3 request per call: `put`, `put_if_absent`, `get`, `head` one each, `list` one
+    per page, `delete_many` one per batch of `delete_batch_size` keys. Answers are reported
+    to `on_request`; failures are raised as botocore/aiohttp exceptions for the retry layer
+    to classify (`S3_FAILURES`). `put_if_absent` answers False for any existing object (S3's
+    412 does not look at the bytes): the retry layer checks whether they are ours."""
+
     def __init__(
         self,
         bucket: str,
@@ -132,8 +139,7 @@ class S3ObjectStore:
         endpoint_url: str | None = None,
         region: str | None = None,
         addressing_style: str | None = None,
-        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-        retry: RetryPolicy | None = None,
+        max_connections: int = DEFAULT_MAX_CONCURRENCY,
         on_request: RequestObserver | None = None,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
@@ -141,9 +147,8 @@ class S3ObjectStore:
         delete_batch_size: int = MAX_DELETE_BATCH,
         session: AioSession | None = None,
         clock: Clock,
-        rng: Random,
     ) -> None:
-        """`clock` times requests and paces the default retry policy, whose jitter `rng` draws."""
+        """`clock` times requests."""
         if not bucket:
             raise ValueError("S3 bucket name must not be empty")
         if prefix and not prefix.endswith("/"):
@@ -156,22 +161,18 @@ class S3ObjectStore:
             raise ValueError("S3 timeouts must be > 0 ms")
         self.bucket = bucket
         self.prefix = prefix
-        self._endpoint_url = endpoint_url
+        self.endpoint_url = endpoint_url
         self._region = region
-        self._max_concurrency = validate_max_concurrency(max_concurrency)
-        self._semaphore = asyncio.Semaphore(self._max_concurrency)
         self._clock = clock
-        self._retry = retry or RetryPolicy(random=rng.random, sleep=clock.sleep)
         self._on_request = on_request
-        self._request_timeout_s = request_timeout_ms / 1000.0
         self._list_page_size = validate_list_page_size(list_page_size)
         self._delete_batch_size = delete_batch_size
         self._session = session or get_session()
         self._config = AioConfig(
-            max_pool_connections=self._max_concurrency,
+            max_pool_connections=validate_max_concurrency(max_connections),
             connect_timeout=connect_timeout_ms / 1000.0,
             read_timeout=request_timeout_ms / 1000.0,
-            retries={"total_max_attempts": 1, "mode": "standard"},  # RetryPolicy retries
+            retries={"total_max_attempts": 1, "mode": "standard"},  # the retry layer retries
             # Checksums only where S3 requires them: widest compatibility with
             # S3-compatible endpoints that reject the newer default trailers.
             request_checksum_calculation="when_required",
@@ -187,59 +188,36 @@ class S3ObjectStore:
         self._exit_stack: contextlib.AsyncExitStack | None = None
         self._client_lock = asyncio.Lock()
         self._closed = False
-        self._in_flight = 0
 
     def __repr__(self) -> str:
-        return f"S3ObjectStore(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self._endpoint_url!r})"
-
-    @property
-    def in_flight(self) -> int:
-        """Request attempts holding a concurrency slot right now."""
-        return self._in_flight
+        return f"S3Requests(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.endpoint_url!r})"
 
     # -- operations ----------------------------------------------------------------------
 
     async def put(self, key: str, data: bytes) -> None:
         payload = as_bytes(data)
         full = self._full_key(key)
-        checksum = _crc32c_header(payload)
-
-        async def attempt(client: Any, timer: RequestTimer) -> None:
-            await client.put_object(Bucket=self.bucket, Key=full, Body=payload, ChecksumCRC32C=checksum)
-            timer.done("ok", len(payload))
-
-        await self._request("put", attempt)
+        client, timer = await self._start("put")
+        await client.put_object(Bucket=self.bucket, Key=full, Body=payload, ChecksumCRC32C=_crc32c_header(payload))
+        timer.done("ok", len(payload))
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         payload = as_bytes(data)
         full = self._full_key(key)
         checksum = _crc32c_header(payload)
-
-        async def attempt(client: Any, timer: RequestTimer) -> bool:
-            try:
-                await client.put_object(
-                    Bucket=self.bucket, Key=full, Body=payload, IfNoneMatch="*", ChecksumCRC32C=checksum
-                )
-            except botocore.exceptions.ClientError as exc:
-                status, code = _status_and_code(exc)
-                if status == 412 or code == "PreconditionFailed":
-                    timer.done("exists")
-                    return False
-                raise
-            timer.done("ok", len(payload))
-            return True
-
-        if await self._request("put_if_absent", attempt):
-            return True
-        # Something is there. It may be our own write whose answer was lost: a retry of
-        # ours, or the HTTP layer's own silent resend of an idempotent PUT when the
-        # connection drops (aiohttp does that once). Same bytes: idempotent success.
-        info = await self.head(key)
-        if info is None or info.size != len(payload):
-            return False
-        with contextlib.suppress(NotFound):
-            return await self.get(key) == payload
-        return False
+        client, timer = await self._start("put_if_absent")
+        try:
+            await client.put_object(
+                Bucket=self.bucket, Key=full, Body=payload, IfNoneMatch="*", ChecksumCRC32C=checksum
+            )
+        except botocore.exceptions.ClientError as exc:
+            status, code = _status_and_code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                timer.done("exists")
+                return False
+            raise
+        timer.done("ok", len(payload))
+        return True
 
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         full = self._full_key(key)
@@ -248,49 +226,41 @@ class S3ObjectStore:
             if await self.head(key) is None:
                 raise NotFound(f"no object {key!r} in s3://{self.bucket}/{self.prefix}")
             return b""
-        ranged = first > 0 or stop is not None
-        header = f"bytes={first}-{'' if stop is None else stop - 1}"
-
-        async def attempt(client: Any, timer: RequestTimer) -> bytes:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
-            if ranged:
-                kwargs["Range"] = header
-            try:
-                response = await client.get_object(**kwargs)
-            except botocore.exceptions.ClientError as exc:
-                status, code = _status_and_code(exc)
-                if _is_not_found(exc):
-                    timer.done("not_found")
-                    raise NotFound(f"no object {key!r} in s3://{self.bucket}/{self.prefix}") from None
-                if status == 416 or code == "InvalidRange":
-                    timer.done("ok")  # the range starts at or past the end of the object
-                    return b""
-                raise
-            async with response["Body"] as body:
-                data = await body.read()
-            expected = response.get("ContentLength")
-            if expected is not None and len(data) != expected:
-                raise _ShortRead(f"got {len(data)} of {expected} bytes of {full!r}")
-            timer.done("ok", len(data))
-            return data
-
-        return await self._request("get", attempt)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
+        if first > 0 or stop is not None:
+            kwargs["Range"] = f"bytes={first}-{'' if stop is None else stop - 1}"
+        client, timer = await self._start("get")
+        try:
+            response = await client.get_object(**kwargs)
+        except botocore.exceptions.ClientError as exc:
+            status, code = _status_and_code(exc)
+            if _is_not_found(exc):
+                timer.done("not_found")
+                raise NotFound(f"no object {key!r} in s3://{self.bucket}/{self.prefix}") from None
+            if status == 416 or code == "InvalidRange":
+                timer.done("ok")  # the range starts at or past the end of the object
+                return b""
+            raise
+        async with response["Body"] as body:
+            data = await body.read()
+        expected = response.get("ContentLength")
+        if expected is not None and len(data) != expected:
+            raise _ShortRead(f"got {len(data)} of {expected} bytes of {full!r}")
+        timer.done("ok", len(data))
+        return data
 
     async def head(self, key: str) -> ObjectInfo | None:
         full = self._full_key(key)
-
-        async def attempt(client: Any, timer: RequestTimer) -> ObjectInfo | None:
-            try:
-                response = await client.head_object(Bucket=self.bucket, Key=full)
-            except botocore.exceptions.ClientError as exc:
-                if _is_not_found(exc):
-                    timer.done("not_found")
-                    return None
-                raise
-            timer.done("ok")
-            return ObjectInfo(key, int(response["ContentLength"]), _ms(response["LastModified"]))
-
-        return await self._request("head", attempt)
+        client, timer = await self._start("head")
+        try:
+            response = await client.head_object(Bucket=self.bucket, Key=full)
+        except botocore.exceptions.ClientError as exc:
+            if _is_not_found(exc):
+                timer.done("not_found")
+                return None
+            raise
+        timer.done("ok")
+        return ObjectInfo(key, int(response["ContentLength"]), _ms(response["LastModified"]))
 
     async def delete_many(self, keys: Iterable[str]) -> list[str]:
         wanted = [validate_key(key) for key in keys]
@@ -313,13 +283,9 @@ class S3ObjectStore:
                 kwargs["ContinuationToken"] = token
             elif start_after is not None:
                 kwargs["StartAfter"] = self.prefix + start_after
-
-            async def attempt(client: Any, timer: RequestTimer, kwargs: dict[str, Any] = kwargs) -> dict[str, Any]:
-                response = await client.list_objects_v2(**kwargs)
-                timer.done("ok")
-                return response
-
-            response = await self._request("list", attempt)
+            client, timer = await self._start("list")
+            response = await client.list_objects_v2(**kwargs)
+            timer.done("ok")
             for item in response.get("Contents", ()):
                 yield ObjectInfo(item["Key"][strip:], int(item["Size"]), _ms(item["LastModified"]))
             token = response.get("NextContinuationToken")
@@ -338,22 +304,24 @@ class S3ObjectStore:
     def _full_key(self, key: str) -> str:
         return self.prefix + validate_key(key)
 
+    async def _start(self, operation: str) -> tuple[Any, RequestTimer]:
+        """The client, and a timer started once it is there (creating it is not a request)."""
+        client = await self._get_client()
+        return client, RequestTimer(self._on_request, operation, self._clock)
+
     async def _delete_batch(self, keys: builtins.list[str]) -> builtins.list[str]:
-        """One DeleteObjects request (retried as a whole); returns the keys S3 reported as
-        failed. NoSuchKey is not a failure: a missing key counts as deleted."""
-
-        async def attempt(client: Any, timer: RequestTimer) -> list[str]:
-            response = await client.delete_objects(
-                Bucket=self.bucket,
-                Delete={"Objects": [{"Key": self.prefix + key} for key in keys], "Quiet": True},
-            )
-            timer.done("ok")
-            strip = len(self.prefix)
-            return [error["Key"][strip:] for error in response.get("Errors", ()) if error.get("Code") != "NoSuchKey"]
-
+        """One DeleteObjects request; returns the keys S3 reported as failed. NoSuchKey is
+        not a failure: a missing key counts as deleted."""
         if not keys:
             return []
-        return await self._request("delete_many", attempt)
+        client, timer = await self._start("delete_many")
+        response = await client.delete_objects(
+            Bucket=self.bucket,
+            Delete={"Objects": [{"Key": self.prefix + key} for key in keys], "Quiet": True},
+        )
+        timer.done("ok")
+        strip = len(self.prefix)
+        return [error["Key"][strip:] for error in response.get("Errors", ()) if error.get("Code") != "NoSuchKey"]
 
     async def _get_client(self) -> Any:
         if self._client is not None:
@@ -366,7 +334,7 @@ class S3ObjectStore:
                 self._client = await stack.enter_async_context(
                     self._session.create_client(
                         "s3",
-                        endpoint_url=self._endpoint_url,
+                        endpoint_url=self.endpoint_url,
                         region_name=self._region,
                         config=self._config,
                     )
@@ -374,47 +342,76 @@ class S3ObjectStore:
                 self._exit_stack = stack
         return self._client
 
-    async def _request(self, operation: str, attempt: Callable[[Any, RequestTimer], Awaitable[T]]) -> T:
-        """Run `attempt` under the retry policy, a concurrency slot and a timeout, and
-        translate what finally escapes into ObjectStoreError kinds."""
-        client = await self._get_client()
-        retry = self._retry
 
-        async def one(number: int) -> T:
-            async with self._semaphore:
-                self._in_flight += 1
-                timer = RequestTimer(self._on_request, operation, self._clock)
-                try:
-                    async with asyncio.timeout(self._request_timeout_s):
-                        return await attempt(client, timer)
-                except NotFound:
-                    raise
-                except Exception as exc:
-                    if not retry.will_retry(number, is_retriable(exc)):
-                        timer.done("error")
-                    else:
-                        timer.done("throttled" if is_throttled(exc) else "retry")
-                    raise
-                finally:
-                    self._in_flight -= 1
+class S3ObjectStore(RetryingObjectStore):
+    """The S3 store users run: the shared retry layer over `S3Requests`, both configured
+    from one set of options. `max_concurrency` bounds attempts in flight (and sizes the
+    connection pool); `request_timeout_ms` bounds each attempt (body read included) and
+    botocore's read timeout; `retry` defaults to `RetryPolicy` paced by `clock`, its jitter
+    drawn from `rng`."""
 
-        try:
-            return await retry.run(one, is_retriable)
-        except ObjectStoreError:
-            raise
-        except Exception as exc:
-            if is_retriable(exc):
-                raise ObjectStoreUnavailable(
-                    f"S3 {operation} failed after {retry.max_attempts} attempts: {_describe(exc)}"
-                ) from exc
-            raise ObjectStoreError(f"S3 {operation} failed: {_describe(exc)}", retriable=False) from exc
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        addressing_style: str | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        retry: RetryPolicy | None = None,
+        on_request: RequestObserver | None = None,
+        request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
+        list_page_size: int = MAX_LIST_PAGE,
+        delete_batch_size: int = MAX_DELETE_BATCH,
+        session: AioSession | None = None,
+        clock: Clock,
+        rng: Random,
+    ) -> None:
+        requests = S3Requests(
+            bucket,
+            prefix,
+            endpoint_url=endpoint_url,
+            region=region,
+            addressing_style=addressing_style,
+            max_connections=max_concurrency,
+            on_request=on_request,
+            request_timeout_ms=request_timeout_ms,
+            connect_timeout_ms=connect_timeout_ms,
+            list_page_size=list_page_size,
+            delete_batch_size=delete_batch_size,
+            session=session,
+            clock=clock,
+        )
+        super().__init__(
+            requests,
+            retry or RetryPolicy(random=rng.random, sleep=clock.sleep),
+            clock=clock,
+            failures=S3_FAILURES,
+            attempt_timeout_s=request_timeout_ms / 1000.0,
+            max_concurrency=max_concurrency,
+            on_request=on_request,
+            list_page_size=list_page_size,
+            delete_batch_size=delete_batch_size,
+            name="S3",
+        )
+        self.bucket = requests.bucket
+        self.prefix = requests.prefix
+        self._endpoint_url = endpoint_url
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self._endpoint_url!r})"
 
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, botocore.exceptions.ClientError):
         status, code = _status_and_code(exc)
         return f"{code or 'error'} (HTTP {status}): {exc}"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return describe_error(exc)
+
+
+S3_FAILURES = Failures(retriable=is_retriable, throttled=is_throttled, describe=_describe)
 
 
 def _ms(moment: Any) -> int:

@@ -8,15 +8,14 @@ case), or fail for good (a 403). Each decision is drawn from the seeded rng and 
 the trace. Explicit controls model what probabilities cannot: `stall()` (every call waits
 until `resume()`), `make_unreadable(key)` and `corrupt(key)`.
 
-`RetryingObjectStore` is the retry layer the broker's S3 store has inside it (each attempt
-under a timeout, `RetryPolicy` between attempts, a retriable error left over at the end
-raised as ObjectStoreUnavailable), so a simulation composes
+`build_object_store` stacks the broker's own retry layer on top, the class production
+stacks over S3's requests (broker/objectstore/retrying.py):
 
-    RetryingObjectStore(FaultyObjectStore(MemoryObjectStore()))   ~   S3ObjectStore(real S3)
+    RetryingObjectStore(FaultyObjectStore(MemoryObjectStore()))   ~   RetryingObjectStore(S3Requests(real S3))
 
-and the broker sees the same kinds of errors, after the same kinds of retries, as in
-production. `open_object_store` only retries for s3:// URLs (memory and file stores do not
-fail transiently), which is why the sim needs this layer of its own.
+so the broker sees the same kinds of errors, after the same retries, slots and per-attempt
+timeouts, as in production. The faults signal retriability the way the broker's stores do
+(ObjectStoreError's `retriable` flag), which is the classification the layer is given here.
 """
 
 from __future__ import annotations
@@ -25,14 +24,15 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, TypeVar
 
+from broker.clock import Clock
 from broker.objectstore import (
+    DEFAULT_MAX_CONCURRENCY,
     MemoryObjectStore,
-    NotFound,
     ObjectInfo,
     ObjectStoreError,
     ObjectStoreUnavailable,
+    RetryingObjectStore,
     RetryPolicy,
 )
 
@@ -40,7 +40,6 @@ from .determinism import SimRandom
 from .trace import Trace
 
 OPERATIONS = frozenset({"get", "head", "put", "put_if_absent", "list", "delete_many"})
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -229,88 +228,6 @@ class FaultyObjectStore:
         self._trace.record(self._name, "%s %s ok %s", operation, key, detail)
 
 
-class RetryingObjectStore:
-    """The S3 store's retry layer over any store: every attempt under `request_timeout_s`
-    (so a stalled store times out), `policy` between attempts; a retriable failure that
-    outlasts the policy is raised as ObjectStoreUnavailable, as S3ObjectStore does."""
-
-    def __init__(
-        self,
-        inner: FaultyObjectStore | MemoryObjectStore,
-        policy: RetryPolicy,
-        *,
-        request_timeout_s: float | None = 30.0,
-    ) -> None:
-        self.inner = inner
-        self.policy = policy
-        self.request_timeout_s = request_timeout_s
-
-    async def put(self, key: str, data: bytes) -> None:
-        await self._request("put", lambda: self.inner.put(key, data))
-
-    async def put_if_absent(self, key: str, data: bytes) -> bool:
-        # After a lost answer the retry finds the same bytes there: MemoryObjectStore answers
-        # True, as S3ObjectStore does after comparing them.
-        return await self._request("put_if_absent", lambda: self.inner.put_if_absent(key, data))
-
-    async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        return await self._request("get", lambda: self.inner.get(key, start, end))
-
-    async def head(self, key: str) -> ObjectInfo | None:
-        return await self._request("head", lambda: self.inner.head(key))
-
-    async def delete_many(self, keys: Iterable[str]) -> list[str]:
-        wanted = list(keys)
-        return await self._request("delete_many", lambda: self.inner.delete_many(wanted))
-
-    async def list(self, prefix: str = "", start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
-        """A failed page is retried from the last key yielded (S3's continuation token)."""
-        last = start_after
-        failures = 0
-        while True:
-            try:
-                async for info in self.inner.list(prefix, last):
-                    last = info.key
-                    failures = 0
-                    yield info
-                return
-            except Exception as exc:
-                failures += 1
-                if not self.policy.will_retry(failures, _retriable(exc)):
-                    raise _final(exc, "list", failures) from exc
-            await self.policy.sleep(self.policy.backoff_s(failures))
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def _request(self, operation: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        async def one(_number: int) -> T:
-            if self.request_timeout_s is None:
-                return await attempt()
-            async with asyncio.timeout(self.request_timeout_s):
-                return await attempt()
-
-        try:
-            return await self.policy.run(one, _retriable)
-        except NotFound:
-            raise
-        except Exception as exc:
-            final = _final(exc, operation, self.policy.max_attempts)
-            if final is exc:
-                raise
-            raise final from exc
-
-
-def _retriable(exc: BaseException) -> bool:
-    return isinstance(exc, TimeoutError) or bool(getattr(exc, "retriable", False))
-
-
-def _final(exc: BaseException, operation: str, attempts: int) -> BaseException:
-    if isinstance(exc, TimeoutError):
-        return ObjectStoreUnavailable(f"sim: {operation} timed out on attempt {attempts}")
-    return exc
-
-
 @dataclass
 class SimObjectStore:
     """The three layers a simulation holds: `store` for the broker (retries over faults),
@@ -324,7 +241,7 @@ class SimObjectStore:
 def build_object_store(
     rng: SimRandom,
     trace: Trace,
-    clock: object,
+    clock: Clock,
     *,
     faults: ObjectStoreFaults | None = None,
     max_attempts: int = 4,
@@ -333,7 +250,15 @@ def build_object_store(
 ) -> SimObjectStore:
     """Compose memory <- faults <- retries, with the retry jitter drawn from `rng` and the
     backoff slept on virtual time; `clock` stamps objects' last-modified times."""
-    memory = MemoryObjectStore(clock=clock)  # type: ignore[arg-type]
+    memory = MemoryObjectStore(clock=clock)
     faulty = FaultyObjectStore(memory, rng.fork("faults"), trace, faults=faults, name=name)
     policy = RetryPolicy(max_attempts=max_attempts, random=rng.fork("retry").random, sleep=asyncio.sleep)
-    return SimObjectStore(RetryingObjectStore(faulty, policy, request_timeout_s=request_timeout_s), faulty, memory)
+    store = RetryingObjectStore(
+        faulty,
+        policy,
+        clock=clock,
+        attempt_timeout_s=request_timeout_s,
+        max_concurrency=DEFAULT_MAX_CONCURRENCY,
+        name="sim",
+    )
+    return SimObjectStore(store, faulty, memory)

@@ -13,17 +13,18 @@ import pytest
 
 from broker.diskless.commit import COMMIT_VERSION, CommitPartition, CommitRequest, CommitResponse, CommitResult
 from broker.metadata.store import MetadataUnavailable
-from broker.objectstore import MemoryObjectStore, ObjectStoreError, ObjectStoreUnavailable, RetryPolicy
+from broker.objectstore import (
+    MemoryObjectStore,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+    RetryingObjectStore,
+    RetryPolicy,
+)
 from broker.peer_service import PeerRequest, PeerResponse
 from broker.rpc import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
 from tests.sim.metadata import MetadataFaults, build_metadata_store
 from tests.sim.network import NetFaults, SimNetwork
-from tests.sim.objectstore import (
-    FaultyObjectStore,
-    ObjectStoreFaults,
-    RetryingObjectStore,
-    build_object_store,
-)
+from tests.sim.objectstore import FaultyObjectStore, ObjectStoreFaults, build_object_store
 from tests.sim.runner import Sim, run
 from tests.sim.support import Ping, Pong
 
@@ -76,7 +77,7 @@ def test_object_store_stall_resume_and_the_retry_layer_timing_out() -> None:
         )
         objects.faulty.stall()
         loop.call_later(10, objects.faulty.resume)
-        with pytest.raises(ObjectStoreUnavailable, match="timed out"):
+        with pytest.raises(ObjectStoreUnavailable, match="put failed after 3 attempts: TimeoutError"):
             await objects.store.put("k", b"v")
         assert 6.0 <= loop.time() < 10.0, "three attempts of 2 s each, plus backoff"
         assert objects.memory.keys() == [], "timed-out attempts never applied"
@@ -129,7 +130,10 @@ def test_retry_layer_resumes_a_failed_listing_and_put_if_absent_survives_a_lost_
             faults=ObjectStoreFaults(delay_s=(0, 0), fail_p=0.3, operations=frozenset({"list"})),
         )
         store = RetryingObjectStore(
-            faulty, RetryPolicy(max_attempts=50, random=sim.fork("r").random, sleep=sim.clock.sleep)
+            faulty,
+            RetryPolicy(max_attempts=50, random=sim.fork("r").random, sleep=sim.clock.sleep),
+            clock=sim.clock,
+            attempt_timeout_s=None,
         )
         listed = [info.key async for info in store.list("l/")]
         assert listed == [f"l/{i:02d}" for i in range(30)], "every key once, in order, across failed pages"
@@ -137,7 +141,10 @@ def test_retry_layer_resumes_a_failed_listing_and_put_if_absent_survives_a_lost_
 
         faulty.faults = ObjectStoreFaults(delay_s=(0, 0), lost_answer_p=1.0, operations=frozenset({"put_if_absent"}))
         store = RetryingObjectStore(
-            faulty, RetryPolicy(max_attempts=2, random=sim.fork("r").random, sleep=sim.clock.sleep)
+            faulty,
+            RetryPolicy(max_attempts=2, random=sim.fork("r").random, sleep=sim.clock.sleep),
+            clock=sim.clock,
+            attempt_timeout_s=None,
         )
         with pytest.raises(ObjectStoreUnavailable):
             await store.put_if_absent("lease", b"me")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from broker.clock import SystemClock
-from broker.objectstore import LocalObjectStore, MemoryObjectStore, open_object_store
-from broker.objectstore.s3 import S3ObjectStore
+from broker.objectstore import LocalObjectStore, MemoryObjectStore, RetryingObjectStore, open_object_store
+from broker.objectstore.s3 import S3_FAILURES, S3ObjectStore, S3Requests
 from broker.objectstore import parse_s3_url
 
 CLOCK, RNG = SystemClock(), random.Random()  # what a broker process passes (Environment.for_process)
@@ -44,12 +44,14 @@ def test_s3() -> None:
         rng=RNG,
         max_concurrency=7,
     )
-    assert isinstance(store, S3ObjectStore)
-    assert store.bucket == "my-bucket"
+    assert isinstance(store, S3ObjectStore) and isinstance(store, RetryingObjectStore), "S3 requests under retries"
+    assert isinstance(store.inner, S3Requests)
+    assert store.bucket == store.inner.bucket == "my-bucket"
     assert store.prefix == "shoal/cluster-1/"
-    assert store._config.max_pool_connections == 7
-    assert store._clock is CLOCK and store._retry.sleep == CLOCK.sleep and store._retry.random == RNG.random
-    assert store._config.s3 == {"addressing_style": "path", "payload_signing_enabled": False}
+    assert store.inner._config.max_pool_connections == 7 and store._slots._value == 7
+    assert store._clock is CLOCK and store.policy.sleep == CLOCK.sleep and store.policy.random == RNG.random
+    assert store._failures is S3_FAILURES and store._attempt_timeout_s == 30.0
+    assert store.inner._config.s3 == {"addressing_style": "path", "payload_signing_enabled": False}
     asyncio.run(store.close())
     assert parse_s3_url("s3://my-bucket") == ("my-bucket", "", {})
     assert parse_s3_url("s3://my.bucket/p?addressing_style=virtual") == (
