@@ -15,7 +15,7 @@ its high watermark, and answers the aborted transactions overlapping the returne
 (the partition's aborted-transaction index, log/txn_index.py, and below the local log the
 tiered segments' indexes, offload/reader.py); every replica that serves fetches keeps its
 own LSO (from its producer state and the high watermark it knows), and a replica read for a
-broker without a replica carries both (routing/read_service.py).
+broker without a replica carries both (reads/read_service.py).
 Transaction markers are ordinary control batches in the log: served, and skipped by clients.
 """
 
@@ -39,7 +39,7 @@ from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import fetch_replica, fetches_elsewhere, is_authoritative
 from ..reads.resolver import SERVED_KINDS, batch_pieces
 from .common import resolve_topic
-from ..routing.remote_reads import RemoteRead, Wanted, read_remote
+from ..reads.remote import RemoteRead, Wanted, read_remote
 from .registry import api
 from ..wire_errors import wire_error
 

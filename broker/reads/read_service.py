@@ -23,10 +23,7 @@ from ..log.remote_segments import encode_segment
 from ..objectstore.store import ObjectStoreError
 from ..offload.reader import TieredReadError
 from ..protocol.errors import ApiError, ErrorCode
-from ..reads.replica_policy import holds, is_authoritative
-from ..reads.resolver import SERVED_KINDS
-from ..wire_errors import wire_error
-from .messages import (
+from ..routing.messages import (
     READ_COMMITTED,
     ROUTING_VERSION,
     ReadPartition,
@@ -34,6 +31,9 @@ from .messages import (
     ReplicaReadRequest,
     ReplicaReadResponse,
 )
+from ..wire_errors import wire_error
+from .replica_policy import holds, is_authoritative
+from .resolver import SERVED_KINDS
 
 if TYPE_CHECKING:
     from ..offload.reader import TieredReader
