@@ -3,7 +3,8 @@ not hold the offset asked for (it restarted and is catching up, or its retention
 log start): the entries come from an in-sync replica in this broker's AZ (the leader first;
 the leader itself when the AZ has none, or when that replica cannot serve the offset either)
 over the RPC, the batches from the object cache or the object store, so record bytes never
-cross an AZ (reads/read_service.py is the other side). Only the leader may answer
+cross an AZ (reads/read_service.py is the other side). The partition reader
+(reads/partition_reader.py) asks, and reads the answers as it reads a hosted replica. Only the leader may answer
 OFFSET_OUT_OF_RANGE: a client told so by a lagging replica would reset its offsets."""
 
 from __future__ import annotations
