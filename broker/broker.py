@@ -49,7 +49,7 @@ from .transactions.metadata import TxnState
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
 from .routing.forwarding import forward
-from .routing.read_service import ReplicaReadService
+from .reads.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater

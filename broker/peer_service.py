@@ -2,7 +2,7 @@
 fetches (replication/leader_service.py), diskless commits from produce representatives
 and their acks=all waits
 (diskless/commit.py), entry reads for brokers without a replica
-(routing/read_service.py), partition requests they send on
+(reads/read_service.py), partition requests they send on
 (routing/forwarding.py), the WAL file manager's question about references
 (walgc/reporter.py), the transaction coordinator's permits (transactions/permits.py),
 and a stopping broker's question about the metadata revision this
@@ -23,7 +23,7 @@ from .walgc.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequ
 if TYPE_CHECKING:
     from .diskless.commit import LocalCommitter
     from .replication.leader_service import ReplicaFetchService
-    from .routing.read_service import ReplicaReadService
+    from .reads.read_service import ReplicaReadService
     from .walgc.reporter import ReferenceReporter
 
 PeerRequest = Union[

@@ -14,10 +14,11 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from ..context import HandlerContext
 from ..protocol.api_keys import ApiKey
-from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND
+from ..protocol.batch import TIMESTAMP_TYPE_LOG_APPEND, parse_header
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
+from ..reads.partition_reader import PartitionReader
 from ..reads.replica_policy import forward_target
 from ..reads.resolver import batch_pieces
 from ..routing.forwarding import Forwarded
@@ -122,26 +123,30 @@ async def _lookup(
 
 
 async def _in_tiered(broker: HandlerContext, partition: Partition, target: int) -> tuple[int, int] | None:
-    """A timestamp lookup in the tiered segments (through their time index), or None when
+    """A timestamp lookup in the tiered segments (through their time index, then their
+    batches as the partition reader reads them), or None when
     no tiered batch reaches `target` (the local log answers). Records below the log start
     offset (DeleteRecords) are never an answer, as in Kafka's search from logStartOffset."""
     segment = next((s for s in partition.remote_segments.readable if s.max_timestamp_ms >= target), None)
     if segment is None or segment.base_offset >= partition.log.log_start_offset:
         return None
-    reader = broker.tiered_reader
     start = partition.log_start_offset
-    offset = max(await reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target), start)
+    offset = max(
+        await broker.tiered_reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target), start
+    )
+    reader = PartitionReader(broker)
     while offset <= segment.end_offset:
-        batches = await reader.read(partition.topic_id, partition.index, segment, offset, 1 << 20)
+        batches = await reader.tiered_batches(partition, segment, offset, 1 << 20)
         if not batches:
             return None
-        for header, view in batches:
+        for view in batches:
+            header = parse_header(view)
             if header.max_timestamp >= target:
                 if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
                     return max(header.base_offset, start), header.max_timestamp
                 found = _first_in_batch(bytes(view), target, exact=False, start=start)
                 return found or (header.last_offset, header.max_timestamp)
-        offset = batches[-1][0].last_offset + 1
+        offset = parse_header(batches[-1]).last_offset + 1
     return None
 
 

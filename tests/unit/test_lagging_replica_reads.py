@@ -22,7 +22,7 @@ from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
 from broker.reads.replica_policy import forward_target
 from broker.routing.messages import ReplicaReadResponse
-from broker.routing.read_service import ReplicaReadService
+from broker.reads.read_service import ReplicaReadService
 from broker.topics import Topic
 from broker.waiters import FetchWaiters
 from tests.unit.test_fetch_handler import fetch_request

@@ -27,8 +27,8 @@ from broker.offload.reader import TieredReader
 from broker.partition import Partition
 from broker.protocol.batch import parse_header
 from broker.routing.messages import ROUTING_VERSION, ReadPartition, ReplicaReadRequest
-from broker.routing.read_service import ReplicaReadService
-from broker.routing.remote_reads import RemoteRead
+from broker.reads.read_service import ReplicaReadService
+from broker.reads.remote import RemoteRead
 from broker.topics import Topic
 from broker.waiters import FetchWaiters
 from tests.unit.test_partition_tiering import FINISHED, SMALL_TIERED, STARTED, lead, open_partition

@@ -566,8 +566,8 @@ def test_a_broker_without_a_replica_gets_the_lso_and_aborted_transactions(tmp_pa
     """The stateless path: a replica answers a read_committed ReplicaReadRequest up to its LSO
     with the aborted transactions, and the asking broker's Fetch serves them as a local read."""
     from broker.routing.messages import ROUTING_VERSION, ReadPartition, ReplicaReadRequest
-    from broker.routing.read_service import ReplicaReadService
-    from broker.routing.remote_reads import RemoteRead
+    from broker.reads.read_service import ReplicaReadService
+    from broker.reads.remote import RemoteRead
 
     partition = classic(tmp_path, clock)
     run_txn_story(partition)

@@ -5,6 +5,7 @@ from its object cache or the object store. Below the replica's local log, the an
 tiered segment holding the offset, which the asking broker reads from the store itself, with
 the replica's last stable offset and, for read_committed, the aborted transactions
 overlapping the rest of that segment (from the tiered and local indexes, offload/reader.py).
+The replica is read as Fetch reads it (reads/partition_reader.py `read_replica`).
 Only partition-log entries (about 120 bytes per batch) travel between brokers; record bytes
 never do. Long-polls like a consumer fetch.
 
@@ -23,17 +24,16 @@ from ..log.remote_segments import encode_segment
 from ..objectstore.store import ObjectStoreError
 from ..offload.reader import TieredReadError
 from ..protocol.errors import ApiError, ErrorCode
-from ..reads.replica_policy import holds, is_authoritative
-from ..reads.resolver import SERVED_KINDS
-from ..wire_errors import wire_error
-from .messages import (
-    READ_COMMITTED,
+from ..routing.messages import (
     ROUTING_VERSION,
     ReadPartition,
     ReadResult,
     ReplicaReadRequest,
     ReplicaReadResponse,
 )
+from ..wire_errors import wire_error
+from .partition_reader import below_local_log, read_replica
+from .replica_policy import holds, is_authoritative
 
 if TYPE_CHECKING:
     from ..offload.reader import TieredReader
@@ -74,15 +74,26 @@ class ReplicaReadService:
         try:
             partition = self._replicas.get(self._name(wanted), wanted.partition)
             log = partition.log
-            hw = log.high_watermark
-            segment = partition.remote_segments.segment_for(wanted.fetch_offset)
-            if segment is not None and wanted.fetch_offset < log.log_start_offset:
-                stable = partition.last_stable_offset
+            offset = wanted.fetch_offset
+            if below_local_log(partition, offset) is None and not holds(partition, offset):
+                if not is_authoritative(partition):  # only the leader knows whether the offset is valid
+                    raise ApiError(
+                        ErrorCode.OFFSET_NOT_AVAILABLE,
+                        f"this replica holds [{log.log_start_offset}, {log.log_end_offset}]: "
+                        f"ask the leader for offset {offset}",
+                    )
+                raise ApiError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
+                )
+            # the asking broker sizes the answer again, against its request's budget
+            read = read_replica(partition, offset, wanted.max_bytes, wanted.isolation_level, first_whole=True)
+            if read.span is not None:
                 aborted = []
-                if wanted.isolation_level == READ_COMMITTED:
+                if read.aborted is not None:  # read_committed: the whole segment's, the asker cuts
                     try:
                         found = await self._tiered.aborted_transactions(
-                            partition, wanted.fetch_offset, segment.next_offset
+                            partition, offset, read.span.segment.next_offset
                         )
                     except (ObjectStoreError, TieredReadError) as exc:
                         raise wire_error(exc) from None
@@ -91,41 +102,21 @@ class ReplicaReadService:
                     wanted.topic_id,
                     wanted.partition,
                     0,
-                    hw,
+                    read.high_watermark,
                     partition.log_start_offset,
-                    tiered=encode_segment(segment),
-                    last_stable_offset=stable,
+                    tiered=encode_segment(read.span.segment),
+                    last_stable_offset=read.last_stable_offset,
                     aborted=aborted,
                 )
-            if not holds(partition, wanted.fetch_offset):
-                if not is_authoritative(partition):  # only the leader knows whether the offset is valid
-                    raise ApiError(
-                        ErrorCode.OFFSET_NOT_AVAILABLE,
-                        f"this replica holds [{log.log_start_offset}, {log.log_end_offset}]: "
-                        f"ask the leader for offset {wanted.fetch_offset}",
-                    )
-                raise ApiError(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"offset {wanted.fetch_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
-                )
-            stable = partition.last_stable_offset
-            upper = stable if wanted.isolation_level == READ_COMMITTED else hw
-            entries = log.read(wanted.fetch_offset, wanted.max_bytes, upper) if wanted.fetch_offset < upper else []
-            aborted = []
-            if wanted.isolation_level == READ_COMMITTED and entries:
-                aborted = [
-                    (t.producer_id, t.first_offset, t.last_offset)
-                    for t in partition.aborted_transactions(wanted.fetch_offset, entries[-1].last_offset + 1)
-                ]
             return ReadResult(
                 wanted.topic_id,
                 wanted.partition,
                 0,
-                hw,
-                partition.log_start_offset,
-                [(int(e.kind), e.data) for e in entries if e.kind in SERVED_KINDS],  # type: ignore[misc]  # msgspec sends a memoryview as bytes
-                last_stable_offset=stable,
-                aborted=aborted,
+                read.high_watermark,
+                read.log_start_offset,
+                [(int(e.kind), e.data) for e in read.entries],  # type: ignore[misc]  # msgspec sends a memoryview as bytes
+                last_stable_offset=read.last_stable_offset,
+                aborted=read.aborted or [],
             )
         except ApiError as exc:
             return ReadResult(

@@ -3,29 +3,37 @@ not hold the offset asked for (it restarted and is catching up, or its retention
 log start): the entries come from an in-sync replica in this broker's AZ (the leader first;
 the leader itself when the AZ has none, or when that replica cannot serve the offset either)
 over the RPC, the batches from the object cache or the object store, so record bytes never
-cross an AZ (routing/read_service.py is the other side). Only the leader may answer
+cross an AZ (reads/read_service.py is the other side). The partition reader
+(reads/partition_reader.py) asks, and reads the answers as it reads a hosted replica. Only the leader may answer
 OFFSET_OUT_OF_RANGE: a client told so by a lagging replica would reset its offsets."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..log import EntryKind, LogEntry
 from ..log.remote_segments import RemoteSegment, decode_segment
 from ..protocol.batch import parse_header
 from ..protocol.errors import ErrorCode
-from ..reads.replica_policy import ReplicaSite, leader_of, source_replica
+from ..routing.messages import ROUTING_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
 from ..rpc import RpcError, RpcUnavailable
-from .messages import ROUTING_VERSION, ReadPartition, ReadResult, ReplicaReadRequest, ReplicaReadResponse
+from .replica_policy import ReplicaSite, leader_of, source_replica
 
 if TYPE_CHECKING:
-    from .site import RoutingSite
+    from ..rpc import RpcClientPool
 
 RPC_MARGIN_S = 5.0
 # topic name, partition, topic id, fetch offset, max bytes, isolation level (1: read_committed)
 Wanted = tuple[str, int, str, int, int, int]
+
+
+class RemoteSite(ReplicaSite, Protocol):
+    """What a remote read uses of this broker: the replica policy's view and the RPC pool."""
+
+    @property
+    def rpc_pool(self) -> "RpcClientPool[Any, Any]": ...
 
 
 class RemoteRead:
@@ -53,9 +61,10 @@ class RemoteRead:
         self.aborted = result.aborted  # [producer id, first offset, last offset], for read_committed
 
 
-async def read_remote(
-    broker: "RoutingSite", wanted: list[Wanted], max_wait_ms: int
-) -> dict[tuple[str, int], RemoteRead]:
+RemoteAnswers = dict[tuple[str, int], RemoteRead]  # by topic name and partition
+
+
+async def read_remote(broker: RemoteSite, wanted: list[Wanted], max_wait_ms: int) -> RemoteAnswers:
     """Entries for every wanted partition, one RPC per source broker, concurrently. A source
     that is not the leader serves only offsets it holds; for the others it answers
     OFFSET_NOT_AVAILABLE and the leader is asked, whose answer (OFFSET_OUT_OF_RANGE included)
@@ -71,13 +80,13 @@ async def read_remote(
 
 
 async def _ask_sources(
-    broker: "RoutingSite",
+    broker: RemoteSite,
     wanted: list[Wanted],
     max_wait_ms: int,
     choose: Callable[[ReplicaSite, str, int], int | None],
-) -> dict[tuple[str, int], RemoteRead]:
+) -> RemoteAnswers:
     by_source: dict[int, list[Wanted]] = {}
-    answers: dict[tuple[str, int], RemoteRead] = {}
+    answers: RemoteAnswers = {}
     for item in wanted:
         source = choose(broker, item[2], item[1])
         if source is None:
