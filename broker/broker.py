@@ -25,10 +25,10 @@ from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
 from .config import BrokerConfig, parse_host_port
 from .datadir import DataDir
-from .diskless.cache import ObjectCache
-from .diskless.commit import LocalCommitter
-from .diskless.reader import WalReader
-from .diskless.wal_writer import WalWriter
+from .wal.cache import ObjectCache
+from .wal.commit import LocalCommitter
+from .wal.reader import WalReader
+from .wal.wal_writer import WalWriter
 from .dispatch import answer_forwarded, dispatch
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all, write_txn_markers
@@ -57,7 +57,7 @@ from .mode_switch import ModeSwitcher
 from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .peer_service import PeerRequest, PeerResponse, PeerService
-from .diskless.commit_router import CommitRouter
+from .wal.commit_router import CommitRouter
 from .rpc import RpcClientPool, RpcError, RpcUnavailable
 from .transactions import permits as txn_permits
 from .transactions.messages import TxnPermitRequest, TxnPermitResponse

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from .clock import Clock
     from .cluster.view import ClusterView
     from .config import BrokerConfig
-    from .diskless.reader import WalReader
-    from .diskless.wal_writer import WalWriter
+    from .wal.reader import WalReader
+    from .wal.wal_writer import WalWriter
     from .groups.coordinator import GroupCoordinator
     from .metrics import BrokerMetrics
     from .objectstore import ObjectStore

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from ..context import HandlerContext
-from ..diskless.wal_writer import PartitionAppend
+from ..wal.wal_writer import PartitionAppend
 from ..log_validator import check_produce_request, prepare_diskless
 from ..partition_ids import TopicIdPartition
 from ..protocol.api_keys import ApiKey
@@ -28,7 +28,7 @@ from .registry import api
 
 if TYPE_CHECKING:
     from ..cluster.view import PartitionState
-    from ..diskless.commit import CommitResult
+    from ..wal.commit import CommitResult
     from ..topics import Topic
 
 _Topic = ProduceResponse.TopicProduceResponse

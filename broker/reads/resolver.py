@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..diskless.reader import ReadFailure, WalReader
+from ..wal.reader import ReadFailure, WalReader
 from ..log import EntryKind, LogEntry
 from ..log.coordinates import decode_ref
 from ..log.remote_segments import RemoteSegment

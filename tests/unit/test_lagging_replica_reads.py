@@ -13,7 +13,7 @@ import msgspec
 
 from broker.clock import SystemClock
 from broker.cluster.view import PartitionState
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.metadata.records import BrokerRecord, PartitionStateRecord
 from broker.objectstore import MemoryObjectStore

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.log import EntryKind
 from broker.log.txn_index import AbortedTxn

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from broker.clock import SystemClock
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.log.markers import RemoteSegmentState
 from broker.log.remote_segments import RemoteSegment
 from broker.objectstore import MemoryObjectStore

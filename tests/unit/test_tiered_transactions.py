@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from broker.clock import ManualClock, SystemClock
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent
 from broker.log.txn_index import AbortedTxn

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.diskless.reader import WalReadError
-from broker.diskless.wal_writer import WalKeyCollision
+from broker.wal.reader import WalReadError
+from broker.wal.wal_writer import WalKeyCollision
 from broker.log import LogClosedError, OffsetOutOfRangeError
 from broker.log.coordinates import InvalidCoordinates
 from broker.log.txn_index import TxnIndexCorruptError

@@ -24,9 +24,9 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-from broker.diskless.cache import ObjectCache
-from broker.diskless.commit import LocalCommitter
-from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.wal.cache import ObjectCache
+from broker.wal.commit import LocalCommitter
+from broker.wal.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.log.coordinates import decode_ref
 from broker.metadata.records import PartitionStateRecord
