@@ -48,7 +48,7 @@ from .transactions.coordinator import WRITE_TXN_MARKERS_VERSION, TransactionCoor
 from .transactions.metadata import TxnState
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
-from .routing.forwarding import forward
+from .routing.request_forwarding import forward
 from .reads.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher

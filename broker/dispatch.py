@@ -3,7 +3,7 @@
 Owns the decisions that do not belong to any one API: which handler, which version,
 what to do with a frame that cannot be decoded. A ConnectionFault means the stream can
 no longer be trusted; the server closes that connection and keeps serving the others.
-Requests another broker sent on (routing/forwarding.py) enter here too, already decoded.
+Requests another broker sent on (routing/request_forwarding.py) enter here too, already decoded.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ async def _admin(broker: HandlerContext, frame: bytes) -> list[bytes | bytearray
 
 
 async def answer_forwarded(broker: HandlerContext, message: KafkaForwardRequest) -> KafkaForwardResponse:
-    """The receiving side of routing/forwarding.py: run the handler here, marked as forwarded."""
+    """The receiving side of routing/request_forwarding.py: run the handler here, marked as forwarded."""
     if message.version != ROUTING_VERSION or message.api_key not in FORWARDABLE:
         raise ValueError(f"cannot answer a forwarded request for API {message.api_key} (version {message.version})")
     handler = registry.HANDLERS[message.api_key]

@@ -3,7 +3,7 @@ fetches (replication/leader_service.py), diskless commits from produce represent
 and their acks=all waits
 (wal/commit.py), entry reads for brokers without a replica
 (reads/read_service.py), partition requests they send on
-(routing/forwarding.py), the WAL file manager's question about references
+(routing/request_forwarding.py), the WAL file manager's question about references
 (walgc/reporter.py), the transaction coordinator's permits (transactions/permits.py),
 and a stopping broker's question about the metadata revision this
 broker's cluster view has applied (cluster/peer_views.py)."""

@@ -5,7 +5,7 @@ on a live broker reports a log start offset at or above the one asked (the small
 low watermark answered), so a leader elected later has it too; REQUEST_TIMED_OUT after the
 request's timeout (the leader keeps it, and the followers learn it all the same). A diskless
 partition's clients send it to their AZ's representative, which sends it on to the leader
-(routing/forwarding.py), as ListOffsets."""
+(routing/request_forwarding.py), as ListOffsets."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.replica_policy import forward_target
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 
 if TYPE_CHECKING:

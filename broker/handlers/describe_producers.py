@@ -8,7 +8,7 @@ Answered by the partition's leader, whose state is authoritative: NOT_LEADER_OR_
 elsewhere (the client refreshes its metadata), UNKNOWN_TOPIC_OR_PARTITION for a partition
 that does not exist. A diskless partition is advertised with its AZ's representative as
 leader, so a representative that does not lead it sends the question on to the leader, as
-ListOffsets does (routing/forwarding.py). Classic and diskless partitions keep the same
+ListOffsets does (routing/request_forwarding.py). Classic and diskless partitions keep the same
 producer state (Partition.producers), so both answer alike.
 """
 
@@ -24,7 +24,7 @@ from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.replica_policy import forward_target
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 
 _Topic = DescribeProducersResponse.TopicResponse

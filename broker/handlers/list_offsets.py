@@ -21,7 +21,7 @@ from ..reads.fencing import check_leader_epoch
 from ..reads.partition_reader import PartitionReader
 from ..reads.replica_policy import forward_target
 from ..reads.resolver import batch_pieces
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 from ..wire_errors import wire_error
 
@@ -49,7 +49,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                # others send it on (routing/forwarding.py)
+                # others send it on (routing/request_forwarding.py)
                 partition = broker.replica_manager.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(

@@ -14,7 +14,7 @@ from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import forward_target
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
