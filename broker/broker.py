@@ -53,7 +53,7 @@ from .reads.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
-from .mode_switch import ModeSwitcher
+from .modes.switch import ModeSwitcher
 from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .peer_service import PeerRequest, PeerResponse, PeerService

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
 from ..context import HandlerContext
-from ..mode_status import STATUS_CONFIG
+from ..modes.status import STATUS_CONFIG
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader

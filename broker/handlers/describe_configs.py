@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
 from ..context import HandlerContext
-from ..mode_status import STATUS_CONFIG, partition_modes, switch_status
+from ..modes.status import STATUS_CONFIG, partition_modes, switch_status
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
@@ -79,7 +79,7 @@ async def handle(
 
 
 def _mode_status(broker: HandlerContext, topic: Topic) -> ConfigEntry:
-    """Read-only: the topic's mode, or how far a switch of it has come (mode_status.py)."""
+    """Read-only: the topic's mode, or how far a switch of it has come (modes/status.py)."""
     return ConfigEntry(
         STATUS_CONFIG,
         switch_status(topic, partition_modes(topic, broker.view)),

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..context import HandlerContext
-from ..mode_status import partition_modes, switch_status
+from ..modes.status import partition_modes, switch_status
 from ..objectstore.probe import store_problem
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
