@@ -64,12 +64,12 @@ from .transactions.messages import TxnPermitRequest, TxnPermitResponse
 from .server import KafkaServer, ServerLimits
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
-from .offload.reader import TieredReader
-from .offload.runner import SparkJobRunner
-from .offload.service import OffloadService, OffloadSettings
-from .walgc.cluster import ClusterReferences
-from .walgc.manager import ManagerSettings, WalFileManager
-from .walgc.reporter import RecentUploads, ReferenceReporter
+from .tiering.reader import TieredReader
+from .tiering.runner import SparkJobRunner
+from .tiering.service import OffloadService, OffloadSettings
+from .walfiles.cluster import ClusterReferences
+from .walfiles.manager import ManagerSettings, WalFileManager
+from .walfiles.reporter import RecentUploads, ReferenceReporter
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from .groups.coordinator import GroupCoordinator
     from .metrics import BrokerMetrics
     from .objectstore import ObjectStore
-    from .offload.reader import TieredReader
-    from .offload.service import OffloadService
+    from .tiering.reader import TieredReader
+    from .tiering.service import OffloadService
     from .peer_service import PeerRequest, PeerResponse
     from .producer_ids import ProducerIdAllocator
     from .transactions.coordinator import TransactionCoordinator
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .rpc import RpcClientPool
     from .topics import TopicCatalog
     from .waiters import FetchWaiters
-    from .walgc.manager import WalFileManager
+    from .walfiles.manager import WalFileManager
 
 
 class HandlerContext(Protocol):

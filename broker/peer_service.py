@@ -4,7 +4,7 @@ and their acks=all waits
 (wal/commit.py), entry reads for brokers without a replica
 (reads/read_service.py), partition requests they send on
 (routing/request_forwarding.py), the WAL file manager's question about references
-(walgc/reporter.py), the transaction coordinator's permits (transactions/permits.py),
+(broker/walfiles/reporter.py), the transaction coordinator's permits (transactions/permits.py),
 and a stopping broker's question about the metadata revision this
 broker's cluster view has applied (cluster/peer_views.py)."""
 
@@ -18,13 +18,13 @@ from .wal.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, R
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .transactions.messages import TxnPermitRequest, TxnPermitResponse
 from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
-from .walgc.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequest, WalReferencesResponse
+from .walfiles.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequest, WalReferencesResponse
 
 if TYPE_CHECKING:
     from .wal.commit import LocalCommitter
     from .replication.leader_service import ReplicaFetchService
     from .reads.read_service import ReplicaReadService
-    from .walgc.reporter import ReferenceReporter
+    from .walfiles.reporter import ReferenceReporter
 
 PeerRequest = Union[
     ReplicaFetchRequest,

@@ -17,7 +17,7 @@ from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.metadata.records import BrokerRecord, PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
-from broker.offload.reader import TieredReader
+from broker.tiering.reader import TieredReader
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
 from broker.reads.replica_policy import forward_target

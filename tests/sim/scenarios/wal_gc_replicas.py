@@ -34,9 +34,9 @@ from broker.metrics import BrokerMetrics
 from broker.objectstore import NotFound
 from broker.log_validator import prepare_diskless
 from broker.partition import Partition
-from broker.walgc.manager import GcPaused, ManagerSettings, WalFileManager
-from broker.walgc.messages import ObjectsQuery, WalQueryRequest, WalReferencesRequest
-from broker.walgc.reporter import RecentUploads, ReferenceReporter
+from broker.walfiles.manager import GcPaused, ManagerSettings, WalFileManager
+from broker.walfiles.messages import ObjectsQuery, WalQueryRequest, WalReferencesRequest
+from broker.walfiles.reporter import RecentUploads, ReferenceReporter
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 from ..objectstore import ObjectStoreFaults, build_object_store
