@@ -25,10 +25,10 @@ from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
 from .config import BrokerConfig, parse_host_port
 from .datadir import DataDir
-from .diskless.cache import ObjectCache
-from .diskless.commit import LocalCommitter
-from .diskless.reader import WalReader
-from .diskless.wal_writer import WalWriter
+from .wal.cache import ObjectCache
+from .wal.commit import LocalCommitter
+from .wal.reader import WalReader
+from .wal.wal_writer import WalWriter
 from .dispatch import answer_forwarded, dispatch
 from .groups.coordinator import GroupCoordinator
 from .handlers import load_all, write_txn_markers
@@ -48,28 +48,28 @@ from .transactions.coordinator import WRITE_TXN_MARKERS_VERSION, TransactionCoor
 from .transactions.metadata import TxnState
 from .replica_manager import ReplicaManager
 from .routing.cross_az import CrossAzBytes
-from .routing.forwarding import forward
+from .routing.request_forwarding import forward
 from .reads.read_service import ReplicaReadService
 from .routing.router import AzRouter
 from .replication.fetcher import ReplicaFetcher
 from .replication.isr import IsrUpdater
-from .mode_switch import ModeSwitcher
+from .modes.switch import ModeSwitcher
 from .replication.leader_service import ReplicaFetchService
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .peer_service import PeerRequest, PeerResponse, PeerService
-from .diskless.commit_router import CommitRouter
+from .wal.commit_router import CommitRouter
 from .rpc import RpcClientPool, RpcError, RpcUnavailable
 from .transactions import permits as txn_permits
 from .transactions.messages import TxnPermitRequest, TxnPermitResponse
 from .server import KafkaServer, ServerLimits
 from .topics import TopicCatalog
 from .waiters import FetchWaiters
-from .offload.reader import TieredReader
-from .offload.runner import SparkJobRunner
-from .offload.service import OffloadService, OffloadSettings
-from .walgc.cluster import ClusterReferences
-from .walgc.manager import ManagerSettings, WalFileManager
-from .walgc.reporter import RecentUploads, ReferenceReporter
+from .tiering.reader import TieredReader
+from .tiering.runner import SparkJobRunner
+from .tiering.service import OffloadService, OffloadSettings
+from .walfiles.cluster import ClusterReferences
+from .walfiles.manager import ManagerSettings, WalFileManager
+from .walfiles.reporter import RecentUploads, ReferenceReporter
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 log = logging.getLogger(__name__)

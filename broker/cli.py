@@ -124,7 +124,7 @@ def _tiering(args: argparse.Namespace) -> int:
     import json
 
     from .admin_client import AdminClient, AdminError, parse_bootstrap
-    from .offload.render import run_text, status_text
+    from .tiering.render import run_text, status_text
 
     try:
         client = AdminClient(parse_bootstrap(args.bootstrap_server), timeout_s=3600.0)
@@ -185,7 +185,7 @@ def _walfiles(args: argparse.Namespace) -> int:
     import json
 
     from .admin_client import AdminClient, AdminError, parse_bootstrap
-    from .walgc.render import report_text, status_text
+    from .walfiles.render import report_text, status_text
 
     try:
         client = AdminClient(parse_bootstrap(args.bootstrap_server))

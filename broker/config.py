@@ -66,7 +66,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     wal_quiet_min_bytes: NonNegative = 4 << 20
     wal_max_inflight_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 << 20
     wal_commit_deadline_ms: Positive = 60000
-    # WAL file manager (walgc/; docs/configuration.md gives the reasoning behind each default)
+    # WAL file manager (broker/walfiles/; docs/configuration.md gives the reasoning behind each default)
     wal_file_manager_enable: bool = True
     wal_file_manager_interval_ms: Positive = 10000
     wal_file_manager_grace_ms: NonNegative = 30000
@@ -76,7 +76,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     wal_file_manager_index_cache_objects: Positive = 100000
     wal_file_manager_backoff_max_ms: Positive = 300000
     cache_max_bytes: NonNegative = 256 << 20
-    # Tiering (offload/; docs/configuration.md "Tiering")
+    # Tiering (broker/tiering/; docs/configuration.md "Tiering")
     tiering_enable: bool = True
     tiering_interval_ms: Positive = 60000
     tiering_spark_master: str = "local[2]"

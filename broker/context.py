@@ -15,13 +15,13 @@ if TYPE_CHECKING:
     from .clock import Clock
     from .cluster.view import ClusterView
     from .config import BrokerConfig
-    from .diskless.reader import WalReader
-    from .diskless.wal_writer import WalWriter
+    from .wal.reader import WalReader
+    from .wal.wal_writer import WalWriter
     from .groups.coordinator import GroupCoordinator
     from .metrics import BrokerMetrics
     from .objectstore import ObjectStore
-    from .offload.reader import TieredReader
-    from .offload.service import OffloadService
+    from .tiering.reader import TieredReader
+    from .tiering.service import OffloadService
     from .peer_service import PeerRequest, PeerResponse
     from .producer_ids import ProducerIdAllocator
     from .transactions.coordinator import TransactionCoordinator
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .rpc import RpcClientPool
     from .topics import TopicCatalog
     from .waiters import FetchWaiters
-    from .walgc.manager import WalFileManager
+    from .walfiles.manager import WalFileManager
 
 
 class HandlerContext(Protocol):

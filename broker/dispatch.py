@@ -3,7 +3,7 @@
 Owns the decisions that do not belong to any one API: which handler, which version,
 what to do with a frame that cannot be decoded. A ConnectionFault means the stream can
 no longer be trusted; the server closes that connection and keeps serving the others.
-Requests another broker sent on (routing/forwarding.py) enter here too, already decoded.
+Requests another broker sent on (routing/request_forwarding.py) enter here too, already decoded.
 """
 
 from __future__ import annotations
@@ -52,24 +52,24 @@ def _unsupported_api_versions(correlation_id: int) -> list[bytes | bytearray]:
     return encode_response(header, response)
 
 
-async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[bytes | bytearray] | None:
+async def dispatch(ctx: HandlerContext, frame: bytes, peer: str) -> list[bytes | bytearray] | None:
     try:
         api_key, api_version, correlation_id = peek_api(frame)
     except HeaderError as exc:
         raise ConnectionFault(str(exc)) from None
     if api_key == admin.SHOAL_ADMIN:
-        started = broker.clock.monotonic()
+        started = ctx.clock.monotonic()
         try:
-            return await _admin(broker, frame)
+            return await _admin(ctx, frame)
         finally:
-            broker.metrics.observe_request(api_key, broker.clock.monotonic() - started)
+            ctx.metrics.observe_request(api_key, ctx.clock.monotonic() - started)
     handler = registry.HANDLERS.get(api_key)
     if handler is None:
         raise ConnectionFault(f"unsupported API key {api_key}")
     if not handler.supports(api_version):
         if api_key == ApiKey.API_VERSIONS:
-            broker.metrics.observe_request(api_key, 0.0)
-            broker.metrics.observe_errors(api_key, (ErrorCode.UNSUPPORTED_VERSION,))
+            ctx.metrics.observe_request(api_key, 0.0)
+            ctx.metrics.observe_errors(api_key, (ErrorCode.UNSUPPORTED_VERSION,))
             return _unsupported_api_versions(correlation_id)
         raise ConnectionFault(
             f"unsupported version {api_version} of API {api_key} "
@@ -80,42 +80,42 @@ async def dispatch(broker: HandlerContext, frame: bytes, peer: str) -> list[byte
         request = decode_request(api_key, api_version, frame, body_offset)
     except Exception as exc:  # the decoder raises many types on garbage; all mean "malformed"
         raise ConnectionFault(f"malformed request (API {api_key} v{api_version}): {exc!r}") from None
-    started = broker.clock.monotonic()
+    started = ctx.clock.monotonic()
     try:
-        response = await handler.fn(broker, header, request)
+        response = await handler.fn(ctx, header, request)
     except ConnectionFault:
         raise
     except Exception:
         log.exception("handler for API %s v%s failed (client %s, %s)", api_key, api_version, header.client_id, peer)
         raise ConnectionFault("internal error while handling the request") from None
     finally:
-        broker.metrics.observe_request(api_key, broker.clock.monotonic() - started)
-    client_az, named = broker.router.client_az(header)
+        ctx.metrics.observe_request(api_key, ctx.clock.monotonic() - started)
+    client_az, named = ctx.router.client_az(header)
     if response is None:
-        broker.cross_az.client_bytes(client_az, named, len(frame))
+        ctx.cross_az.client_bytes(client_az, named, len(frame))
         return None
     # Here, not in answer_forwarded: a forwarded request's codes are counted once, by the
     # broker that answers the client.
-    broker.metrics.observe_errors(api_key, error_codes(response))
+    ctx.metrics.observe_errors(api_key, error_codes(response))
     encoded = encode_response(header, response)
-    broker.cross_az.client_bytes(client_az, named, len(frame) + sum(len(part) for part in encoded))
+    ctx.cross_az.client_bytes(client_az, named, len(frame) + sum(len(part) for part in encoded))
     return encoded
 
 
-async def _admin(broker: HandlerContext, frame: bytes) -> list[bytes | bytearray]:
+async def _admin(ctx: HandlerContext, frame: bytes) -> list[bytes | bytearray]:
     try:
         request = admin.decode_request(frame)
     except admin.AdminFrameError as exc:
         raise ConnectionFault(f"malformed Shoal admin request: {exc}") from None
-    return [admin.encode_response(await shoal_admin.handle(broker, request))]
+    return [admin.encode_response(await shoal_admin.handle(ctx, request))]
 
 
-async def answer_forwarded(broker: HandlerContext, message: KafkaForwardRequest) -> KafkaForwardResponse:
-    """The receiving side of routing/forwarding.py: run the handler here, marked as forwarded."""
+async def answer_forwarded(ctx: HandlerContext, message: KafkaForwardRequest) -> KafkaForwardResponse:
+    """The receiving side of routing/request_forwarding.py: run the handler here, marked as forwarded."""
     if message.version != ROUTING_VERSION or message.api_key not in FORWARDABLE:
         raise ValueError(f"cannot answer a forwarded request for API {message.api_key} (version {message.version})")
     handler = registry.HANDLERS[message.api_key]
     request = REQUEST_CLASSES[message.api_key].decode(message.body, version=message.api_version)
     header = RequestHeader(message.api_key, message.api_version, 0, message.client_id, forwarded=True)
-    response = await handler.fn(broker, header, request)
+    response = await handler.fn(ctx, header, request)
     return KafkaForwardResponse(ROUTING_VERSION, bytes(response.encode(version=message.api_version)))

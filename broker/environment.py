@@ -25,7 +25,7 @@ from .rpc import RpcClientPool, RpcServer
 from .rpc.server import OnBytes
 
 if TYPE_CHECKING:
-    from .offload.runner import TieringJobs
+    from .tiering.runner import TieringJobs
     from .config import BrokerConfig
 
 

@@ -367,7 +367,7 @@ class BrokerMetrics:
             "shoal_cache_requests", "Object cache lookups, by result (hit, miss).", ["result"], registry=r
         )
         self.cache_bytes = Gauge("shoal_cache_bytes", "Bytes held by the object cache.", registry=r)
-        # The WAL file manager (walgc/): set on the broker that runs it (the controller); the
+        # The WAL file manager (broker/walfiles/): set on the broker that runs it (the controller); the
         # stored/referenced/dead figures are those of its last cycle.
         self.walfiles_manager_active = Gauge(
             "shoal_walfiles_manager_active", "1 on the broker that runs the WAL file manager.", registry=r

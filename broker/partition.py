@@ -78,7 +78,7 @@ class Partition:
         self.directory = directory
         self.log = log_
         self.wal_references = WalReferences(log_)  # asked only for diskless replicas
-        self.remote_segments = RemoteSegments.open(directory)  # tiered segments (offload/)
+        self.remote_segments = RemoteSegments.open(directory)  # tiered segments (broker/tiering/)
         log_.truncation_listeners.append(self.remote_segments.on_truncate)
         self.modes = ModeHistory.open(directory, log_.log_end_offset)  # mode markers (log/modes.py)
         log_.truncation_listeners.append(self.modes.truncate_from)

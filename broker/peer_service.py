@@ -1,10 +1,10 @@
 """What brokers ask each other over the inter-broker RPC (rpc/), and who answers: replica
 fetches (replication/leader_service.py), diskless commits from produce representatives
 and their acks=all waits
-(diskless/commit.py), entry reads for brokers without a replica
+(wal/commit.py), entry reads for brokers without a replica
 (reads/read_service.py), partition requests they send on
-(routing/forwarding.py), the WAL file manager's question about references
-(walgc/reporter.py), the transaction coordinator's permits (transactions/permits.py),
+(routing/request_forwarding.py), the WAL file manager's question about references
+(broker/walfiles/reporter.py), the transaction coordinator's permits (transactions/permits.py),
 and a stopping broker's question about the metadata revision this
 broker's cluster view has applied (cluster/peer_views.py)."""
 
@@ -14,17 +14,17 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Union
 
 from .cluster.messages import VIEW_REVISION_VERSION, ViewRevisionRequest, ViewRevisionResponse
-from .diskless.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
+from .wal.commit import CommitRequest, CommitResponse, ReplicationWaitRequest, ReplicationWaitResponse
 from .replication.messages import ReplicaFetchRequest, ReplicaFetchResponse
 from .transactions.messages import TxnPermitRequest, TxnPermitResponse
 from .routing.messages import KafkaForwardRequest, KafkaForwardResponse, ReplicaReadRequest, ReplicaReadResponse
-from .walgc.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequest, WalReferencesResponse
+from .walfiles.messages import WalQueryRequest, WalQueryResponse, WalReferencesRequest, WalReferencesResponse
 
 if TYPE_CHECKING:
-    from .diskless.commit import LocalCommitter
+    from .wal.commit import LocalCommitter
     from .replication.leader_service import ReplicaFetchService
     from .reads.read_service import ReplicaReadService
-    from .walgc.reporter import ReferenceReporter
+    from .walfiles.reporter import ReferenceReporter
 
 PeerRequest = Union[
     ReplicaFetchRequest,

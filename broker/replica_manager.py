@@ -57,7 +57,7 @@ class ReplicaManager:
     def loaded(self) -> bool:
         """Every replica the view gave this broker at start is open, and it is not stopping:
         until then its logs on disk may reference what the open partitions do not show, and
-        the WAL file manager's reporter answers NotReady (walgc/reporter.py)."""
+        the WAL file manager's reporter answers NotReady (broker/walfiles/reporter.py)."""
         return self._loaded
 
     def on_role_changed(self, listener: Callable[[Partition], None]) -> None:

@@ -3,7 +3,7 @@
 Handlers ask the mode how a partition is appended to and served (`appends_to_wal`,
 `serves_by_az`) instead of branching on the stored `diskless.enable` flag. A topic is
 served in the mode `diskless.enable` names from the moment it changes; each partition's
-leader then switches its log (mode_switch.py), and until that is committed the partition is
+leader then switches its log (modes/switch.py), and until that is committed the partition is
 in a transitional state, which keeps its source mode's data paths: its leader still accepts
 only the old mode's appends, and refuses the new mode's retriably until it switches.
 """

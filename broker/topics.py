@@ -220,7 +220,7 @@ class TopicCatalog:
     def check_configs(self, name: str, overrides: Mapping[str, str | None]) -> dict[str, str]:
         """Validate a replacement of the topic's overrides. Leaving diskless.enable out keeps
         the mode (a later diskless.default must not flip it); changing it switches the topic
-        online (mode_switch.py), except for internal topics."""
+        online (modes/switch.py), except for internal topics."""
         topic = self._require(name)
         clean = validate_overrides(overrides)
         clean.setdefault(DISKLESS_ENABLE, topic.configs[DISKLESS_ENABLE])

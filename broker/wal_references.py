@@ -1,5 +1,5 @@
 """Which WAL objects one replica's partition log references: what this replica tells the WAL
-file manager (walgc/), so that it never deletes an object the replica can still serve.
+file manager (broker/walfiles/), so that it never deletes an object the replica can still serve.
 
 Two questions, both over the COORDINATES entries from the log start offset to the log end
 (the uncommitted tail included: a follower may become leader with it):

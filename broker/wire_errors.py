@@ -21,7 +21,7 @@ A context that answers differently says so at its call site, on top of this func
 transaction and group coordinators answer their clients' codes for a failed append
 (transactions/coordinator.py `_APPEND_ERRORS`, groups/coordinator.py), a replica read that
 could not reach its replica answers NOT_LEADER_OR_FOLLOWER (reads/remote.py), an
-acks=all wait that lost its leader REQUEST_TIMED_OUT (diskless/commit_router.py).
+acks=all wait that lost its leader REQUEST_TIMED_OUT (wal/commit_router.py).
 """
 
 from __future__ import annotations

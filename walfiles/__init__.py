@@ -5,4 +5,5 @@
   builder, validating readers and coalesced-range planning.
 
 Reference: docs/formats.md ("WAL objects"). Nothing in this package does I/O.
+The WAL file manager that deletes WAL objects is the broker's half: broker/walfiles/.
 """

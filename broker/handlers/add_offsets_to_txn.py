@@ -17,13 +17,13 @@ FENCED_SINCE_VERSION = 2  # older clients get INVALID_PRODUCER_EPOCH for PRODUCE
 
 @api(ApiKey.ADD_OFFSETS_TO_TXN, versions=(0, 4))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: AddOffsetsToTxnRequest
+    ctx: HandlerContext, header: RequestHeader, request: AddOffsetsToTxnRequest
 ) -> AddOffsetsToTxnResponse:
     code = ErrorCode.NONE
     try:
-        await broker.groups.ensure_offsets_topic()
-        partition = broker.transactions.offsets_partition(request.group_id)
-        await broker.transactions.add_partitions(
+        await ctx.groups.ensure_offsets_topic()
+        partition = ctx.transactions.offsets_partition(request.group_id)
+        await ctx.transactions.add_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, frozenset({partition})
         )
     except ApiError as exc:

@@ -30,11 +30,11 @@ _TxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
 
 @api(ApiKey.ADD_PARTITIONS_TO_TXN, versions=(0, 5))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: AddPartitionsToTxnRequest
+    ctx: HandlerContext, header: RequestHeader, request: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
     if header.api_version < BATCHED_SINCE_VERSION:
         codes = await _answer(
-            broker,
+            ctx,
             header,
             request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id,
@@ -46,7 +46,7 @@ async def handle(
     results = []
     for txn in request.transactions:
         codes = await _answer(
-            broker,
+            ctx,
             header,
             txn.transactional_id,
             txn.producer_id,
@@ -59,7 +59,7 @@ async def handle(
 
 
 async def _answer(
-    broker: HandlerContext,
+    ctx: HandlerContext,
     header: RequestHeader,
     transactional_id: str,
     producer_id: int,
@@ -69,7 +69,7 @@ async def _answer(
 ) -> dict[tuple[str, int], int]:
     """One transaction's partitions -> their error codes."""
     unknown = {
-        (name, p) for name, p in wanted if (topic := broker.catalog.get(name)) is None or not 0 <= p < topic.partitions
+        (name, p) for name, p in wanted if (topic := ctx.catalog.get(name)) is None or not 0 <= p < topic.partitions
     }
     if unknown:
         return {
@@ -78,9 +78,9 @@ async def _answer(
         }
     try:
         if verify_only:
-            verified = broker.transactions.verify_partitions(transactional_id, producer_id, epoch, frozenset(wanted))
+            verified = ctx.transactions.verify_partitions(transactional_id, producer_id, epoch, frozenset(wanted))
             return {tp: int(verified[tp]) for tp in wanted}
-        await broker.transactions.add_partitions(transactional_id, producer_id, epoch, frozenset(wanted))
+        await ctx.transactions.add_partitions(transactional_id, producer_id, epoch, frozenset(wanted))
         code: int = ErrorCode.NONE
     except ApiError as exc:
         code = exc.code

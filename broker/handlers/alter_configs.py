@@ -5,7 +5,7 @@ from __future__ import annotations
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
 from ..context import HandlerContext
-from ..mode_status import STATUS_CONFIG
+from ..modes.status import STATUS_CONFIG
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
@@ -16,7 +16,7 @@ _Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
 @api(ApiKey.ALTER_CONFIGS)
-async def handle(broker: HandlerContext, header: RequestHeader, request: AlterConfigsRequest) -> AlterConfigsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: AlterConfigsRequest) -> AlterConfigsResponse:
     results = []
     for resource in request.resources:
         try:
@@ -25,7 +25,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: AlterCo
             # Tools that send back what DescribeConfigs listed (kafka-python, older
             # kafka-configs) echo the read-only diskless.mode.status: not a config to set.
             configs = {c.name: c.value for c in resource.configs if c.name != STATUS_CONFIG}
-            await alter_topic(broker, resource.resource_name, configs, request.validate_only)
+            await alter_topic(ctx, resource.resource_name, configs, request.validate_only)
             results.append(
                 _Result(
                     error_code=0,

@@ -13,7 +13,7 @@ _ApiVersion = ApiVersionsResponse.ApiVersion
 
 
 @api(ApiKey.API_VERSIONS)
-async def handle(broker: HandlerContext, header: RequestHeader, request: ApiVersionsRequest) -> ApiVersionsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: ApiVersionsRequest) -> ApiVersionsResponse:
     return ApiVersionsResponse(
         error_code=0,
         throttle_time_ms=0,

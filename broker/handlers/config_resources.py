@@ -19,18 +19,18 @@ class ResourceType(IntEnum):
     BROKER = 4
 
 
-def broker_entries(broker: HandlerContext) -> list[ConfigEntry]:
+def broker_entries(ctx: HandlerContext) -> list[ConfigEntry]:
     entries = []
     for key in CONFIG_KEYS:
-        value, explicit = broker_value(broker.config, key)
+        value, explicit = broker_value(ctx.config, key)
         source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
         entries.append(ConfigEntry(key, value, source, ConfigType.STRING, "see docs/configuration.md"))
     return entries
 
 
-def check_broker_resource(broker: HandlerContext, name: str) -> None:
-    if name not in ("", str(broker.node_id)):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {name} is not this broker ({broker.node_id})")
+def check_broker_resource(ctx: HandlerContext, name: str) -> None:
+    if name not in ("", str(ctx.node_id)):
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {name} is not this broker ({ctx.node_id})")
 
 
 def require_resource_type(resource_type: int) -> ResourceType:
@@ -41,16 +41,16 @@ def require_resource_type(resource_type: int) -> ResourceType:
 
 
 async def alter_topic(
-    broker: HandlerContext, topic_name: str, overrides: Mapping[str, str | None], validate_only: bool
+    ctx: HandlerContext, topic_name: str, overrides: Mapping[str, str | None], validate_only: bool
 ) -> None:
     """Replace a topic's overrides (validated) unless validate_only."""
-    topic: Topic | None = broker.catalog.get(topic_name)
+    topic: Topic | None = ctx.catalog.get(topic_name)
     if topic is None:
         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic_name!r}")
     if validate_only:
-        broker.catalog.check_configs(topic_name, overrides)
+        ctx.catalog.check_configs(topic_name, overrides)
     else:
-        await broker.catalog.set_configs(topic_name, dict(overrides))
+        await ctx.catalog.set_configs(topic_name, dict(overrides))
 
 
 STATIC_BROKER_MESSAGE = (

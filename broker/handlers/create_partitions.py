@@ -17,29 +17,29 @@ _Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 @api(ApiKey.CREATE_PARTITIONS)
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: CreatePartitionsRequest
+    ctx: HandlerContext, header: RequestHeader, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
     results = []
     for wanted in request.topics:
         try:
-            topic = broker.catalog.check_new_partition_count(wanted.name, wanted.count)
+            topic = ctx.catalog.check_new_partition_count(wanted.name, wanted.count)
             new = range(topic.partitions, wanted.count)
             if wanted.assignments:
-                assignment = _manual(broker, new, wanted.assignments)
+                assignment = _manual(ctx, new, wanted.assignments)
             else:
-                current = broker.view.partitions_of(str(topic.topic_id)).get(0)
+                current = ctx.view.partitions_of(str(topic.topic_id)).get(0)
                 factor = len(current.record.replicas) if current is not None else 1
-                assignment = broker.assign_replicas(new, factor)
+                assignment = ctx.assign_replicas(new, factor)
             if not request.validate_only:
-                await broker.catalog.set_partition_count(wanted.name, wanted.count, assignment)
+                await ctx.catalog.set_partition_count(wanted.name, wanted.count, assignment)
             results.append(_Result(name=wanted.name, error_code=0, error_message=None))
         except ApiError as exc:
             results.append(_Result(name=wanted.name, error_code=exc.code, error_message=exc.message))
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
-def _manual(broker: HandlerContext, new: range, assignments: list[Any]) -> dict[int, list[int]]:
-    live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
+def _manual(ctx: HandlerContext, new: range, assignments: list[Any]) -> dict[int, list[int]]:
+    live = {b.node_id for b in ctx.view.brokers.values() if not b.stateless}
     if len(assignments) != len(new):
         raise ApiError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{len(assignments)} assignments given for {len(new)} new partitions"

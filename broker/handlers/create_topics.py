@@ -18,7 +18,7 @@ _Config = _Result.CreatableTopicConfigs
 
 
 @api(ApiKey.CREATE_TOPICS)
-async def handle(broker: HandlerContext, header: RequestHeader, request: CreateTopicsRequest) -> CreateTopicsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: CreateTopicsRequest) -> CreateTopicsResponse:
     results = []
     seen: set[str] = set()
     for creatable in request.topics:
@@ -26,15 +26,15 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: CreateT
             if creatable.name in seen:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request has duplicate topic {creatable.name}")
             seen.add(creatable.name)
-            partitions, factor = _partition_count(broker, creatable)
-            topic = broker.catalog.prepare(creatable.name, partitions, {c.name: c.value for c in creatable.configs})
+            partitions, factor = _partition_count(ctx, creatable)
+            topic = ctx.catalog.prepare(creatable.name, partitions, {c.name: c.value for c in creatable.configs})
             if creatable.assignments:
                 assignment = {a.partition_index: list(a.broker_ids) for a in creatable.assignments}
             else:
-                assignment = broker.assign_replicas(range(topic.partitions), factor)
+                assignment = ctx.assign_replicas(range(topic.partitions), factor)
             factor = len(assignment[0])
             if not request.validate_only:
-                topic = await broker.catalog.create(topic, assignment)
+                topic = await ctx.catalog.create(topic, assignment)
         except ApiError as exc:
             results.append(
                 _Result(
@@ -57,17 +57,17 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: CreateT
                 replication_factor=factor,
                 configs=[
                     _Config(name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False)
-                    for e in describe(topic.configs, broker.config)
+                    for e in describe(topic.configs, ctx.config)
                 ],
             )
         )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
-def _partition_count(broker: HandlerContext, creatable: Any) -> tuple[int, int]:
+def _partition_count(ctx: HandlerContext, creatable: Any) -> tuple[int, int]:
     """Check replication factor and manual assignments; return the partition count (-1 =
     default) and the replication factor."""
-    live = {b.node_id for b in broker.view.brokers.values() if not b.stateless}
+    live = {b.node_id for b in ctx.view.brokers.values() if not b.stateless}
     if creatable.assignments:
         if creatable.num_partitions != -1 or creatable.replication_factor != -1:
             raise ApiError(
@@ -89,7 +89,7 @@ def _partition_count(broker: HandlerContext, creatable: Any) -> tuple[int, int]:
         return len(indexes), len(creatable.assignments[0].broker_ids)
     factor = creatable.replication_factor
     if factor == -1:
-        factor = broker.config.default_replication_factor
+        factor = ctx.config.default_replication_factor
     if factor < 1 or factor > len(live):
         raise ApiError(
             ErrorCode.INVALID_REPLICATION_FACTOR,

@@ -12,11 +12,11 @@ from .registry import api
 
 
 @api(ApiKey.DELETE_GROUPS)
-async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     results = []
     for group_id in request.groups_names:
         try:
-            code = await broker.groups.delete_group(group_id)
+            code = await ctx.groups.delete_group(group_id)
         except ApiError as exc:
             code = exc.code
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))

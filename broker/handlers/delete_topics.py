@@ -15,7 +15,7 @@ _Result = DeleteTopicsResponse.DeletableTopicResult
 
 
 @api(ApiKey.DELETE_TOPICS)
-async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     if header.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -23,8 +23,8 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: DeleteT
     results = []
     for name, topic_id in wanted:
         try:
-            topic = resolve_topic(broker, name, topic_id)
-            await broker.catalog.delete(topic.name)
+            topic = resolve_topic(ctx, name, topic_id)
+            await ctx.catalog.delete(topic.name)
             results.append(_Result(name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None))
         except ApiError as exc:
             results.append(

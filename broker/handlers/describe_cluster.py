@@ -16,7 +16,7 @@ BROKER_ENDPOINT = 1
 
 @api(ApiKey.DESCRIBE_CLUSTER)
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: DescribeClusterRequest
+    ctx: HandlerContext, header: RequestHeader, request: DescribeClusterRequest
 ) -> DescribeClusterResponse:
     if header.api_version >= 1 and request.endpoint_type != BROKER_ENDPOINT:
         return DescribeClusterResponse(
@@ -24,7 +24,7 @@ async def handle(
             error_code=ErrorCode.UNSUPPORTED_VERSION,
             error_message="only broker endpoints are served here",
             endpoint_type=request.endpoint_type,
-            cluster_id=broker.cluster_id,
+            cluster_id=ctx.cluster_id,
             controller_id=-1,
             brokers=[],
         )
@@ -33,10 +33,10 @@ async def handle(
         error_code=0,
         error_message=None,
         endpoint_type=BROKER_ENDPOINT,
-        cluster_id=broker.cluster_id,
-        controller_id=broker.view.controller_id,
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.view.controller_id,
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(broker_id=n, host=h, port=p, rack=r, is_fenced=False)
-            for n, h, p, r in live_brokers(broker)
+            for n, h, p, r in live_brokers(ctx)
         ],
     )

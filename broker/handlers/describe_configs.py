@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
 from ..context import HandlerContext
-from ..mode_status import STATUS_CONFIG, partition_modes, switch_status
+from ..modes.status import STATUS_CONFIG, partition_modes, switch_status
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
@@ -25,20 +25,20 @@ _Synonym = _Config.DescribeConfigsSynonym
 
 @api(ApiKey.DESCRIBE_CONFIGS)
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: DescribeConfigsRequest
+    ctx: HandlerContext, header: RequestHeader, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     results = []
     for resource in request.resources:
         try:
             kind = require_resource_type(resource.resource_type)
             if kind == ResourceType.TOPIC:
-                topic = broker.catalog.get(resource.resource_name)
+                topic = ctx.catalog.get(resource.resource_name)
                 if topic is None:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {resource.resource_name!r}")
-                entries = [*describe(topic.configs, broker.config), _mode_status(broker, topic)]
+                entries = [*describe(topic.configs, ctx.config), _mode_status(ctx, topic)]
             else:
-                check_broker_resource(broker, resource.resource_name)
-                entries = broker_entries(broker)
+                check_broker_resource(ctx, resource.resource_name)
+                entries = broker_entries(ctx)
         except ApiError as exc:
             results.append(
                 _Result(
@@ -59,7 +59,7 @@ async def handle(
                 config_source=e.source,
                 is_default=e.source == ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=False,
-                synonyms=_synonyms(broker, e) if request.include_synonyms else [],
+                synonyms=_synonyms(ctx, e) if request.include_synonyms else [],
                 config_type=e.type,
                 documentation=e.doc if request.include_documentation else None,
             )
@@ -78,25 +78,25 @@ async def handle(
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-def _mode_status(broker: HandlerContext, topic: Topic) -> ConfigEntry:
-    """Read-only: the topic's mode, or how far a switch of it has come (mode_status.py)."""
+def _mode_status(ctx: HandlerContext, topic: Topic) -> ConfigEntry:
+    """Read-only: the topic's mode, or how far a switch of it has come (modes/status.py)."""
     return ConfigEntry(
         STATUS_CONFIG,
-        switch_status(topic, partition_modes(topic, broker.view)),
+        switch_status(topic, partition_modes(topic, ctx.view)),
         ConfigSource.TOPIC_CONFIG,  # shown beside diskless.enable by tools that hide defaults
         ConfigType.STRING,
         "Read only: the topic's mode once every partition is in it, else the progress of the switch.",
     )
 
 
-def _synonyms(broker: HandlerContext, entry: ConfigEntry) -> list[Any]:
+def _synonyms(ctx: HandlerContext, entry: ConfigEntry) -> list[Any]:
     """Where a topic value could come from, most specific first (Kafka's synonym list)."""
     found = []
     if entry.source == ConfigSource.TOPIC_CONFIG:
         found.append(_Synonym(name=entry.name, value=entry.value, source=ConfigSource.TOPIC_CONFIG))
     definition = TOPIC_CONFIGS.get(entry.name)
-    if definition is not None and definition.synonym.replace(".", "_") in broker.config.__struct_fields__:
-        value, explicit = broker_value(broker.config, definition.synonym)
+    if definition is not None and definition.synonym.replace(".", "_") in ctx.config.__struct_fields__:
+        value, explicit = broker_value(ctx.config, definition.synonym)
         found.append(
             _Synonym(
                 name=definition.synonym,

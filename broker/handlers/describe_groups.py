@@ -15,13 +15,11 @@ _Member = _Group.DescribedGroupMember
 
 
 @api(ApiKey.DESCRIBE_GROUPS)
-async def handle(
-    broker: HandlerContext, header: RequestHeader, request: DescribeGroupsRequest
-) -> DescribeGroupsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     for group_id in request.groups:
         try:
-            description = broker.groups.describe(group_id)
+            description = ctx.groups.describe(group_id)
         except ApiError as exc:
             described.append(
                 _Group(

@@ -8,7 +8,7 @@ Answered by the partition's leader, whose state is authoritative: NOT_LEADER_OR_
 elsewhere (the client refreshes its metadata), UNKNOWN_TOPIC_OR_PARTITION for a partition
 that does not exist. A diskless partition is advertised with its AZ's representative as
 leader, so a representative that does not lead it sends the question on to the leader, as
-ListOffsets does (routing/forwarding.py). Classic and diskless partitions keep the same
+ListOffsets does (routing/request_forwarding.py). Classic and diskless partitions keep the same
 producer state (Partition.producers), so both answer alike.
 """
 
@@ -24,7 +24,7 @@ from ..protocol.api_keys import ApiKey
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.replica_policy import forward_target
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 
 _Topic = DescribeProducersResponse.TopicResponse
@@ -53,20 +53,20 @@ def _failed(index: int, code: int, message: str | None) -> Any:
 
 @api(ApiKey.DESCRIBE_PRODUCERS)
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: DescribeProducersRequest
+    ctx: HandlerContext, header: RequestHeader, request: DescribeProducersRequest
 ) -> DescribeProducersResponse:
     topics = []
     elsewhere = Forwarded()
     for t_pos, wanted in enumerate(request.topics):
         partitions: list = []
-        topic = broker.catalog.get(wanted.name)
+        topic = ctx.catalog.get(wanted.name)
         for p_pos, index in enumerate(wanted.partition_indexes):
-            target = forward_target(broker, header, topic, index) if topic is not None else None
+            target = forward_target(ctx, header, topic, index) if topic is not None else None
             if target is not None:
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                partition = broker.replica_manager.leader(wanted.name, index)
+                partition = ctx.replica_manager.leader(wanted.name, index)
             except ApiError as exc:
                 partitions.append(_failed(index, exc.code, exc.message))
                 continue
@@ -80,7 +80,7 @@ async def handle(
             )
         topics.append(_Topic(name=wanted.name, partitions=partitions))
     await elsewhere.fill(
-        broker,
+        ctx,
         header,
         request,
         "topics",

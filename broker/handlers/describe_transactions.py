@@ -19,12 +19,12 @@ _Topic = _State.TopicData
 
 @api(ApiKey.DESCRIBE_TRANSACTIONS, versions=(0, 0))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: DescribeTransactionsRequest
+    ctx: HandlerContext, header: RequestHeader, request: DescribeTransactionsRequest
 ) -> DescribeTransactionsResponse:
     states = []
     for transactional_id in request.transactional_ids:
         try:
-            txn = broker.transactions.describe(transactional_id)
+            txn = ctx.transactions.describe(transactional_id)
         except ApiError as exc:
             txn, code = None, exc.code
         else:

@@ -18,10 +18,10 @@ FENCED_SINCE_VERSION = 2  # older clients get INVALID_PRODUCER_EPOCH for PRODUCE
 
 
 @api(ApiKey.END_TXN, versions=(0, 4))
-async def handle(broker: HandlerContext, header: RequestHeader, request: EndTxnRequest) -> EndTxnResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: EndTxnRequest) -> EndTxnResponse:
     code = ErrorCode.NONE
     try:
-        await broker.transactions.end_txn(
+        await ctx.transactions.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, bool(request.committed)
         )
     except ApiError as exc:

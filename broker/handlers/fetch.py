@@ -43,39 +43,39 @@ READ_COMMITTED = 1
 
 
 @api(ApiKey.FETCH)
-async def handle(broker: HandlerContext, header: RequestHeader, request: FetchRequest) -> FetchResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: FetchRequest) -> FetchResponse:
     if header.api_version >= 11:
-        broker.router.racks.remember(header.peer, request.rack_id)
+        ctx.router.racks.remember(header.peer, request.rack_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
-    reader = PartitionReader(broker)
-    wanted_remote = _remote_partitions(broker, reader, request)
+    reader = PartitionReader(ctx)
+    wanted_remote = _remote_partitions(ctx, reader, request)
     only_remote = len(wanted_remote) == sum(len(t.partitions) for t in request.topics)
     remote: RemoteAnswers | None = None
     while True:
         if wanted_remote and remote is None:  # a lone remote read long-polls at the replica
             wait_ms = int(max(deadline - loop.time(), 0) * 1000) if only_remote else 0
             remote = await reader.read_elsewhere(wanted_remote, wait_ms)
-        topics, total_bytes, has_error, keys, found = _read_all(broker, request, remote or {})
+        topics, total_bytes, has_error, keys, found = _read_all(ctx, request, remote or {})
         remaining = deadline - loop.time()
-        if total_bytes >= request.min_bytes or has_error or remaining <= 0 or broker.stopping or only_remote:
-            await _resolve(broker, found)
-            broker.metrics.fetched_bytes.inc(total_bytes)
+        if total_bytes >= request.min_bytes or has_error or remaining <= 0 or ctx.stopping or only_remote:
+            await _resolve(ctx, found)
+            ctx.metrics.fetched_bytes.inc(total_bytes)
             return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
         if wanted_remote:
-            remote = await _wait_mixed(broker, reader, wanted_remote, keys, remaining)
+            remote = await _wait_mixed(ctx, reader, wanted_remote, keys, remaining)
         else:
-            await broker.waiters.wait(keys, remaining)
+            await ctx.waiters.wait(keys, remaining)
 
 
 async def _wait_mixed(
-    broker: HandlerContext, reader: PartitionReader, wanted_remote: list[Wanted], keys: list[Hashable], remaining: float
+    ctx: HandlerContext, reader: PartitionReader, wanted_remote: list[Wanted], keys: list[Hashable], remaining: float
 ) -> RemoteAnswers | None:
     """Long-poll the remote partitions at their replicas while waiting for local appends:
     whichever comes first wakes the fetch, so a commit on either side reaches a tailing
     consumer at once. Returns the remote answer if it came first (None: read them again)."""
     polled = asyncio.ensure_future(reader.read_elsewhere(wanted_remote, int(remaining * 1000)))
-    local = asyncio.ensure_future(broker.waiters.wait(keys, remaining))
+    local = asyncio.ensure_future(ctx.waiters.wait(keys, remaining))
     try:
         await asyncio.wait((polled, local), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -85,12 +85,12 @@ async def _wait_mixed(
     return polled.result() if polled.done() and not polled.cancelled() else None
 
 
-def _remote_partitions(broker: HandlerContext, reader: PartitionReader, request: FetchRequest) -> list[Wanted]:
+def _remote_partitions(ctx: HandlerContext, reader: PartitionReader, request: FetchRequest) -> list[Wanted]:
     """Partitions of the request that this broker cannot serve itself."""
     wanted = []
     for fetch_topic in request.topics:
         try:
-            topic = resolve_topic(broker, fetch_topic.topic, fetch_topic.topic_id)
+            topic = resolve_topic(ctx, fetch_topic.topic, fetch_topic.topic_id)
         except ApiError:
             continue
         for p in fetch_topic.partitions:
@@ -103,10 +103,10 @@ def _remote_partitions(broker: HandlerContext, reader: PartitionReader, request:
 Found = list[tuple[Any, PartitionRead]]  # partition responses whose records _resolve fills
 
 
-async def _resolve(broker: HandlerContext, found: Found) -> None:
+async def _resolve(ctx: HandlerContext, found: Found) -> None:
     """Fill each found partition's records (or its error, and for a tiered read_committed
     read the aborted transactions of what it serves)."""
-    await PartitionReader(broker).resolve([read for _response, read in found])
+    await PartitionReader(ctx).resolve([read for _response, read in found])
     for response, read in found:
         response.records = read.records
         if read.error is not None:
@@ -116,11 +116,11 @@ async def _resolve(broker: HandlerContext, found: Found) -> None:
 
 
 def _read_all(
-    broker: HandlerContext, request: FetchRequest, remote: RemoteAnswers
+    ctx: HandlerContext, request: FetchRequest, remote: RemoteAnswers
 ) -> tuple[list[Any], int, bool, list[Hashable], Found]:
     """Every partition's read, sized by KIP-74 across the request (the first batch of the
     response whole, then within `max_bytes`); errors per partition."""
-    reader = PartitionReader(broker, remote)
+    reader = PartitionReader(ctx, remote)
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     has_error = False
@@ -132,7 +132,7 @@ def _read_all(
         partitions = []
         topic: Topic | None
         try:
-            topic = resolve_topic(broker, fetch_topic.topic, fetch_topic.topic_id)
+            topic = resolve_topic(ctx, fetch_topic.topic, fetch_topic.topic_id)
             topic_error = None
         except ApiError as exc:
             topic, topic_error = None, exc

@@ -19,14 +19,14 @@ TRANSACTION_KEY_TYPE = 1
 
 @api(ApiKey.FIND_COORDINATOR)
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: FindCoordinatorRequest
+    ctx: HandlerContext, header: RequestHeader, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
     if request.key_type == GROUP_KEY_TYPE:
-        await broker.groups.ensure_offsets_topic()
+        await ctx.groups.ensure_offsets_topic()
     elif request.key_type == TRANSACTION_KEY_TYPE:
-        await broker.transactions.ensure_topic()
-    found = [_find(broker, request.key_type, key) for key in keys]
+        await ctx.transactions.ensure_topic()
+    found = [_find(ctx, request.key_type, key) for key in keys]
     if header.api_version >= 4:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
@@ -43,14 +43,14 @@ async def handle(
     )
 
 
-def _find(broker: HandlerContext, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:
+def _find(ctx: HandlerContext, key_type: int, key: str) -> tuple[int, str | None, int, str, int]:
     if key_type == GROUP_KEY_TYPE:
-        node, what = broker.groups.coordinator_of(key), "group"
+        node, what = ctx.groups.coordinator_of(key), "group"
     elif key_type == TRANSACTION_KEY_TYPE:
-        node, what = broker.transactions.coordinator_of(key), "transactional id"
+        node, what = ctx.transactions.coordinator_of(key), "transactional id"
     else:
         return ErrorCode.INVALID_REQUEST, f"coordinator key type {key_type} is not supported", -1, "", -1
-    registration = broker.view.brokers.get(node)
+    registration = ctx.view.brokers.get(node)
     if registration is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the {what}'s coordinator is not available", -1, "", -1
     return ErrorCode.NONE, None, node, registration.host, registration.port

@@ -12,9 +12,9 @@ from .registry import api
 
 
 @api(ApiKey.HEARTBEAT)
-async def handle(broker: HandlerContext, header: RequestHeader, request: HeartbeatRequest) -> HeartbeatResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
-        code = await broker.groups.heartbeat(
+        code = await ctx.groups.heartbeat(
             request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id if header.api_version >= 3 else None,

@@ -26,21 +26,21 @@ class Op(IntEnum):
 
 @api(ApiKey.INCREMENTAL_ALTER_CONFIGS)
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: IncrementalAlterConfigsRequest
+    ctx: HandlerContext, header: RequestHeader, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     results = []
     for resource in request.resources:
         try:
             if require_resource_type(resource.resource_type) == ResourceType.BROKER:
                 raise ApiError(ErrorCode.INVALID_REQUEST, STATIC_BROKER_MESSAGE)
-            topic = broker.catalog.get(resource.resource_name)
+            topic = ctx.catalog.get(resource.resource_name)
             if topic is None:
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {resource.resource_name!r}")
             overrides: dict[str, str | None] = dict(topic.configs)
-            effective = {e.name: e.value for e in describe(topic.configs, broker.config)}
+            effective = {e.name: e.value for e in describe(topic.configs, ctx.config)}
             for change in resource.configs:
                 _apply(overrides, effective, change.name, change.config_operation, change.value)
-            await alter_topic(broker, topic.name, overrides, request.validate_only)
+            await alter_topic(ctx, topic.name, overrides, request.validate_only)
             results.append(
                 _Result(
                     error_code=0,

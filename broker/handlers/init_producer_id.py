@@ -20,15 +20,13 @@ FENCED_SINCE_VERSION = 4
 
 
 @api(ApiKey.INIT_PRODUCER_ID)
-async def handle(
-    broker: HandlerContext, header: RequestHeader, request: InitProducerIdRequest
-) -> InitProducerIdResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is None:
-        producer_id = await broker.producer_ids.next_id()
+        producer_id = await ctx.producer_ids.next_id()
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
     expected = (request.producer_id, request.producer_epoch) if header.api_version >= 3 else None
     try:
-        producer_id, epoch = await broker.transactions.init_producer_id(
+        producer_id, epoch = await ctx.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, expected
         )
     except ApiError as exc:

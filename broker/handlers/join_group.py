@@ -14,10 +14,10 @@ _Member = JoinGroupResponse.JoinGroupResponseMember
 
 
 @api(ApiKey.JOIN_GROUP)
-async def handle(broker: HandlerContext, header: RequestHeader, request: JoinGroupRequest) -> JoinGroupResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: JoinGroupRequest) -> JoinGroupResponse:
     version = header.api_version
     try:
-        result = await broker.groups.join(
+        result = await ctx.groups.join(
             request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 5 else None,

@@ -14,13 +14,13 @@ _Member = LeaveGroupResponse.MemberResponse
 
 
 @api(ApiKey.LEAVE_GROUP)
-async def handle(broker: HandlerContext, header: RequestHeader, request: LeaveGroupRequest) -> LeaveGroupResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: LeaveGroupRequest) -> LeaveGroupResponse:
     batched = header.api_version >= 3
     members: list[tuple[str, str | None]] = (
         [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
     )
     try:
-        result = await broker.groups.leave(request.group_id, members)
+        result = await ctx.groups.leave(request.group_id, members)
     except ApiError as exc:
         return LeaveGroupResponse(throttle_time_ms=0, error_code=exc.code, members=[])
     if not batched:

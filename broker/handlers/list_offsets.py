@@ -21,7 +21,7 @@ from ..reads.fencing import check_leader_epoch
 from ..reads.partition_reader import PartitionReader
 from ..reads.replica_policy import forward_target
 from ..reads.resolver import batch_pieces
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 from ..wire_errors import wire_error
 
@@ -36,24 +36,24 @@ _Partition = _Topic.ListOffsetsPartitionResponse
 
 
 @api(ApiKey.LIST_OFFSETS)
-async def handle(broker: HandlerContext, header: RequestHeader, request: ListOffsetsRequest) -> ListOffsetsResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     elsewhere = Forwarded()
     for t_pos, list_topic in enumerate(request.topics):
         partitions: list = []
-        topic = broker.catalog.get(list_topic.name)
+        topic = ctx.catalog.get(list_topic.name)
         for p_pos, list_partition in enumerate(list_topic.partitions):
             index = list_partition.partition_index
-            target = forward_target(broker, header, topic, index) if topic is not None else None
+            target = forward_target(ctx, header, topic, index) if topic is not None else None
             if target is not None:
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                # others send it on (routing/forwarding.py)
-                partition = broker.replica_manager.leader(list_topic.name, index)
+                # others send it on (routing/request_forwarding.py)
+                partition = ctx.replica_manager.leader(list_topic.name, index)
                 check_leader_epoch(list_partition.current_leader_epoch, partition.leader_epoch)
                 offset, timestamp = await _lookup(
-                    broker, partition, list_partition.timestamp, request.isolation_level == READ_COMMITTED
+                    ctx, partition, list_partition.timestamp, request.isolation_level == READ_COMMITTED
                 )
                 partitions.append(
                     _Partition(
@@ -70,7 +70,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
                 )
         topics.append(_Topic(name=list_topic.name, partitions=partitions))
     await elsewhere.fill(
-        broker,
+        ctx,
         header,
         request,
         "topics",
@@ -87,7 +87,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: ListOff
 
 
 async def _lookup(
-    broker: HandlerContext, partition: Partition, target: int, read_committed: bool = False
+    ctx: HandlerContext, partition: Partition, target: int, read_committed: bool = False
 ) -> tuple[int, int]:
     """(offset, timestamp) answering one partition's query; (-1, -1) when nothing matches.
     What a consumer may read ends at the high watermark, or at the last stable offset for
@@ -104,7 +104,7 @@ async def _lookup(
         readable = partition.remote_segments.readable
         return (readable[-1].end_offset, -1) if readable else (-1, -1)
     if target >= 0:
-        found = await _in_tiered(broker, partition, target)
+        found = await _in_tiered(ctx, partition, target)
         if found is not None:
             return found
     start = partition.log_start_offset
@@ -113,16 +113,16 @@ async def _lookup(
         if entry is None or entry.base_offset >= fetchable:
             return -1, -1
         wanted = entry.header.max_timestamp
-        return await _first_record_at_or_after(broker, entry, wanted, exact=True, start=start)
+        return await _first_record_at_or_after(ctx, entry, wanted, exact=True, start=start)
     if target < 0:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {target}")
     entry = log.entry_for_timestamp(target)
     if entry is None or entry.base_offset >= fetchable:
         return -1, -1
-    return await _first_record_at_or_after(broker, entry, target, exact=False, start=start)
+    return await _first_record_at_or_after(ctx, entry, target, exact=False, start=start)
 
 
-async def _in_tiered(broker: HandlerContext, partition: Partition, target: int) -> tuple[int, int] | None:
+async def _in_tiered(ctx: HandlerContext, partition: Partition, target: int) -> tuple[int, int] | None:
     """A timestamp lookup in the tiered segments (through their time index, then their
     batches as the partition reader reads them), or None when
     no tiered batch reaches `target` (the local log answers). Records below the log start
@@ -132,9 +132,9 @@ async def _in_tiered(broker: HandlerContext, partition: Partition, target: int) 
         return None
     start = partition.log_start_offset
     offset = max(
-        await broker.tiered_reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target), start
+        await ctx.tiered_reader.offset_for_timestamp(partition.topic_id, partition.index, segment, target), start
     )
-    reader = PartitionReader(broker)
+    reader = PartitionReader(ctx)
     while offset <= segment.end_offset:
         batches = await reader.tiered_batches(partition, segment, offset, 1 << 20)
         if not batches:
@@ -160,12 +160,12 @@ def _first_in_batch(batch: bytes, target: int, exact: bool, start: int) -> tuple
 
 
 async def _first_record_at_or_after(
-    broker: HandlerContext, entry: LogEntry, target: int, exact: bool, start: int
+    ctx: HandlerContext, entry: LogEntry, target: int, exact: bool, start: int
 ) -> tuple[int, int]:
     header = entry.header
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         return max(header.base_offset, start), header.max_timestamp
-    [pieces] = await batch_pieces(broker, [entry])
+    [pieces] = await batch_pieces(ctx, [entry])
     if isinstance(pieces, Exception):
         raise wire_error(pieces, f"cannot read the batch at offset {header.base_offset}")
     return _first_in_batch(b"".join(pieces), target, exact, start) or (header.last_offset, header.max_timestamp)

@@ -19,15 +19,15 @@ _KNOWN = {state.value for state in TxnState}
 
 @api(ApiKey.LIST_TRANSACTIONS, versions=(0, 1))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: ListTransactionsRequest
+    ctx: HandlerContext, header: RequestHeader, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
     states = set(request.state_filters or ())
     producers = set(request.producer_id_filters or ())
     duration = request.duration_filter if header.api_version >= 1 else -1
-    now = broker.clock.now_ms()
+    now = ctx.clock.now_ms()
     listed = [
         _State(transactional_id=txn.transactional_id, producer_id=txn.producer_id, transaction_state=txn.state.value)
-        for txn in broker.transactions.transactions()
+        for txn in ctx.transactions.transactions()
         if (not states or txn.state.value in states)
         and (not producers or txn.producer_id in producers)
         and (duration < 0 or (txn.txn_start_ms >= 0 and now - txn.txn_start_ms > duration))

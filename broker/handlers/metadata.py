@@ -29,53 +29,51 @@ _Partition = _Topic.MetadataResponsePartition
 
 
 @api(ApiKey.METADATA)
-async def handle(broker: HandlerContext, header: RequestHeader, request: MetadataRequest) -> MetadataResponse:
-    client_az = broker.router.client_az(header)[0]
+async def handle(ctx: HandlerContext, header: RequestHeader, request: MetadataRequest) -> MetadataResponse:
+    client_az = ctx.router.client_az(header)[0]
     if request.topics is None or (header.api_version == 0 and not request.topics):
-        topics = [_describe(broker, t, client_az) for t in broker.catalog.all()]
+        topics = [_describe(ctx, t, client_az) for t in ctx.catalog.all()]
     else:
         allow_create = request.allow_auto_topic_creation if header.api_version >= 4 else True
-        topics = [await _lookup(broker, t.name, t.topic_id, allow_create, client_az) for t in request.topics]
+        topics = [await _lookup(ctx, t.name, t.topic_id, allow_create, client_az) for t in request.topics]
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[_Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in live_brokers(broker)],
-        cluster_id=broker.cluster_id,
-        controller_id=broker.view.controller_id,
+        brokers=[_Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in live_brokers(ctx)],
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.view.controller_id,
         topics=topics,
         error_code=0,
     )
 
 
 async def _lookup(
-    broker: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool, client_az: str | None
+    ctx: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool, client_az: str | None
 ) -> Any:
-    topic = broker.catalog.get(name) if name else None
+    topic = ctx.catalog.get(name) if name else None
     if topic is None and topic_id is not None and topic_id != ZERO_UUID:
-        topic = broker.catalog.by_id(topic_id)
+        topic = ctx.catalog.by_id(topic_id)
         if topic is None:
             return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id, partitions=[])
     if topic is None:
-        if allow_create and broker.config.auto_create_topics_enable:
+        if allow_create and ctx.config.auto_create_topics_enable:
             try:
-                prepared = broker.catalog.prepare(name, -1, {})
-                factor = broker.config.default_replication_factor
-                topic = await broker.catalog.create(
-                    prepared, broker.assign_replicas(range(prepared.partitions), factor)
-                )
+                prepared = ctx.catalog.prepare(name, -1, {})
+                factor = ctx.config.default_replication_factor
+                topic = await ctx.catalog.create(prepared, ctx.assign_replicas(range(prepared.partitions), factor))
             except ApiError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     return _Topic(error_code=exc.code, name=name, topic_id=ZERO_UUID, partitions=[])
-                topic = broker.catalog.get(name)
+                topic = ctx.catalog.get(name)
         else:
             return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
     if topic is None:  # another client created it and it was deleted again at once
         return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
-    return _describe(broker, topic, client_az)
+    return _describe(ctx, topic, client_az)
 
 
-def _describe(broker: HandlerContext, topic: Topic, client_az: str | None) -> Any:
-    live = broker.view.brokers
-    states = broker.view.partitions_of(str(topic.topic_id))
+def _describe(ctx: HandlerContext, topic: Topic, client_az: str | None) -> Any:
+    live = ctx.view.brokers
+    states = ctx.view.partitions_of(str(topic.topic_id))
     partitions = []
     for index in range(topic.partitions):
         state = states.get(index)
@@ -96,7 +94,7 @@ def _describe(broker: HandlerContext, topic: Topic, client_az: str | None) -> An
         error = ErrorCode.NONE if record.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
         leader = record.leader if record.leader in live else -1
         if topic.mode.serves_by_az and leader >= 0:
-            leader = broker.router.representative(str(topic.topic_id), index, leader, client_az)
+            leader = ctx.router.representative(str(topic.topic_id), index, leader, client_az)
         partitions.append(
             _Partition(
                 error_code=error,

@@ -16,17 +16,17 @@ _Partition = _Topic.OffsetCommitResponsePartition
 
 
 @api(ApiKey.OFFSET_COMMIT)
-async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetCommitRequest) -> OffsetCommitResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: OffsetCommitRequest) -> OffsetCommitResponse:
     version = header.api_version
-    now = broker.clock.now_ms()
+    now = ctx.clock.now_ms()
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
     expire_ms = now + retention if retention >= 0 else -1
     entries = []
     for topic_request in request.topics:
         if version >= 10 and topic_request.topic_id not in (None, ZERO_UUID):
-            topic = broker.catalog.by_id(topic_request.topic_id)
+            topic = ctx.catalog.by_id(topic_request.topic_id)
         else:
-            topic = broker.catalog.get(topic_request.name)
+            topic = ctx.catalog.get(topic_request.name)
         name = topic.name if topic is not None else topic_request.name
         for p in topic_request.partitions:
             entries.append(
@@ -41,7 +41,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetC
                 )
             )
     try:
-        codes = await broker.groups.commit_offsets(
+        codes = await ctx.groups.commit_offsets(
             request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 7 else None,

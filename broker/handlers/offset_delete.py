@@ -15,10 +15,10 @@ _Partition = _Topic.OffsetDeleteResponsePartition
 
 
 @api(ApiKey.OFFSET_DELETE)
-async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
-        group_error, codes = await broker.groups.delete_offsets(request.group_id, wanted)
+        group_error, codes = await ctx.groups.delete_offsets(request.group_id, wanted)
     except ApiError as exc:
         group_error, codes = exc.code, []
     if group_error:

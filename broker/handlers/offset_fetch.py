@@ -24,17 +24,15 @@ _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 
 
 @api(ApiKey.OFFSET_FETCH)
-async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetFetchRequest) -> OffsetFetchResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: OffsetFetchRequest) -> OffsetFetchResponse:
     version = header.api_version
     if version >= 8:
         return R(
             throttle_time_ms=0,
-            groups=[
-                _fetch_group(broker, g.group_id, g.topics, version, request.require_stable) for g in request.groups
-            ],
+            groups=[_fetch_group(ctx, g.group_id, g.topics, version, request.require_stable) for g in request.groups],
         )
     topics = request.topics if (request.topics is not None or version < 2) else None
-    group = _fetch_group(broker, request.group_id, topics, version, version >= 7 and request.require_stable)
+    group = _fetch_group(ctx, request.group_id, topics, version, version >= 7 and request.require_stable)
     old_topics = [
         _OldTopic(
             name=t.name,
@@ -55,7 +53,7 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: OffsetF
 
 
 def _fetch_group(
-    broker: HandlerContext, group_id: str, topics: list[Any] | None, version: int, require_stable: bool
+    ctx: HandlerContext, group_id: str, topics: list[Any] | None, version: int, require_stable: bool
 ) -> Any:
     names: dict[str, object] = {}  # name -> topic id to echo (v10)
     wanted = None
@@ -63,22 +61,22 @@ def _fetch_group(
         wanted = []
         for t in topics:
             if version >= 10 and t.topic_id not in (None, ZERO_UUID):
-                topic = broker.catalog.by_id(t.topic_id)
+                topic = ctx.catalog.by_id(t.topic_id)
                 name = topic.name if topic is not None else str(t.topic_id)
             else:
                 name = t.name
             names[name] = getattr(t, "topic_id", None)
             wanted.append((name, list(t.partition_indexes)))
     try:
-        found = broker.groups.fetch_offsets(group_id, wanted)
+        found = ctx.groups.fetch_offsets(group_id, wanted)
     except ApiError as exc:
         return _Group(group_id=group_id, topics=[], error_code=exc.code)
-    unstable = broker.groups.unstable_offsets(group_id) if require_stable else set()
+    unstable = ctx.groups.unstable_offsets(group_id) if require_stable else set()
     result = []
     for name, partitions in found.items():
         topic_id = names.get(name)
         if topic_id is None:
-            topic = broker.catalog.get(name)
+            topic = ctx.catalog.get(name)
             topic_id = topic.topic_id if topic is not None else ZERO_UUID
         result.append(
             _NewTopic(

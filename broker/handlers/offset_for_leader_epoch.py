@@ -14,7 +14,7 @@ from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
 from ..reads.fencing import check_leader_epoch
 from ..reads.replica_policy import forward_target
-from ..routing.forwarding import Forwarded
+from ..routing.request_forwarding import Forwarded
 from .registry import api
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
@@ -23,20 +23,20 @@ _Partition = _Topic.EpochEndOffset
 
 @api(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(2, 4))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: OffsetForLeaderEpochRequest
+    ctx: HandlerContext, header: RequestHeader, request: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
     topics = []
     elsewhere = Forwarded()
     for t_pos, wanted in enumerate(request.topics):
         partitions: list = []
-        topic = broker.catalog.get(wanted.topic)
+        topic = ctx.catalog.get(wanted.topic)
         for p_pos, asked in enumerate(wanted.partitions):
-            target = forward_target(broker, header, topic, asked.partition) if topic is not None else None
+            target = forward_target(ctx, header, topic, asked.partition) if topic is not None else None
             if target is not None:
                 elsewhere.reserve(target, (t_pos, p_pos), partitions)
                 continue
             try:
-                partition = broker.replica_manager.leader(wanted.topic, asked.partition)  # others send it on
+                partition = ctx.replica_manager.leader(wanted.topic, asked.partition)  # others send it on
                 check_leader_epoch(asked.current_leader_epoch, partition.leader_epoch)
                 epoch, end = partition.epochs.end_offset_for(asked.leader_epoch, partition.log.log_end_offset)
                 partitions.append(
@@ -48,7 +48,7 @@ async def handle(
                 )
         topics.append(_Topic(topic=wanted.topic, partitions=partitions))
     await elsewhere.fill(
-        broker,
+        ctx,
         header,
         request,
         "topics",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from ..context import HandlerContext
-from ..diskless.wal_writer import PartitionAppend
+from ..wal.wal_writer import PartitionAppend
 from ..log_validator import check_produce_request, prepare_diskless
 from ..partition_ids import TopicIdPartition
 from ..protocol.api_keys import ApiKey
@@ -28,7 +28,7 @@ from .registry import api
 
 if TYPE_CHECKING:
     from ..cluster.view import PartitionState
-    from ..diskless.commit import CommitResult
+    from ..wal.commit import CommitResult
     from ..topics import Topic
 
 _Topic = ProduceResponse.TopicProduceResponse
@@ -36,17 +36,17 @@ _Partition = _Topic.PartitionProduceResponse
 
 
 @api(ApiKey.PRODUCE)
-async def handle(broker: HandlerContext, header: RequestHeader, request: ProduceRequest) -> ProduceResponse | None:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: ProduceRequest) -> ProduceResponse | None:
     acks = request.acks
-    metrics = broker.metrics
-    client_az = broker.router.client_az(header)[0]
+    metrics = ctx.metrics
+    client_az = ctx.router.client_az(header)[0]
     topics = []
     diskless: list[tuple[list, int, PartitionAppend]] = []  # (results list, slot in it, append)
     replicating: list[tuple[list, int, object, int]] = []  # acks=all: (results, slot, partition, end offset)
     for topic_data in request.topic_data:
         results: list = []
         try:
-            topic = resolve_topic(broker, topic_data.name, topic_data.topic_id)
+            topic = resolve_topic(ctx, topic_data.name, topic_data.topic_id)
             if topic.internal:  # only their coordinators write them: a stray record would stop a load
                 raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
         except ApiError as exc:
@@ -61,21 +61,21 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
                 check_produce_request(records, header.api_version)
                 if topic.mode.appends_to_wal:
                     try:
-                        state = _check_representative(broker, topic, data.index, client_az)
+                        state = _check_representative(ctx, topic, data.index, client_az)
                     except ApiError as exc:
-                        broker.wal.refused(topic.topic_id, data.index, records, exc.code)
+                        ctx.wal.refused(topic.topic_id, data.index, records, exc.code)
                         raise
-                    prepared = prepare_diskless(records, topic.settings, broker.clock.now_ms())
+                    prepared = prepare_diskless(records, topic.settings, ctx.clock.now_ms())
                     append = PartitionAppend(topic.topic_id, data.index, acks, prepared, state.record.mode_offset)
                     diskless.append((results, len(results), append))
                     results.append(None)
                     continue
-                partition = broker.replica_manager.get(topic.name, data.index)
+                partition = ctx.replica_manager.get(topic.name, data.index)
                 outcome = partition.append_records(
-                    records, acks, verify_txn=broker.config.transaction_partition_verification_enable
+                    records, acks, verify_txn=ctx.config.transaction_partition_verification_enable
                 )
             except ApiError as exc:
-                results.append(_error(broker, data.index, exc.code, exc.message))
+                results.append(_error(ctx, data.index, exc.code, exc.message))
                 continue
             if outcome.appended_bytes:
                 metrics.produced_bytes.inc(outcome.appended_bytes)
@@ -98,28 +98,28 @@ async def handle(broker: HandlerContext, header: RequestHeader, request: Produce
     # Submitted before anything is awaited: a partition's batches keep the order in which
     # requests arrived, whatever else a request holds (a classic acks=all wait, say).
     admitted = asyncio.get_running_loop().create_future()
-    futures = broker.wal.submit([append for _results, _slot, append in diskless], admitted) if diskless else []
+    futures = ctx.wal.submit([append for _results, _slot, append in diskless], admitted) if diskless else []
     if acks == 0:
         if diskless:  # nobody reads the answer, but the request holds its connection's memory until
             await admitted  # the WAL takes its batches: backpressure reaches the socket
         return None
     await asyncio.gather(
-        _wait_replicated(broker, replicating, request.timeout_ms / 1000), _wait_committed(broker, diskless, futures)
+        _wait_replicated(ctx, replicating, request.timeout_ms / 1000), _wait_committed(ctx, diskless, futures)
     )
     return ProduceResponse(responses=topics, throttle_time_ms=0)
 
 
 async def _wait_committed(
-    broker: HandlerContext,
+    ctx: HandlerContext,
     diskless: list[tuple[list[Any], int, PartitionAppend]],
     futures: list[asyncio.Future[CommitResult]],
 ) -> None:
     """Diskless partitions: answer with the leader's commit (offsets, or why not)."""
     for (results, slot, append), result in zip(diskless, await asyncio.gather(*futures)):
         if result.error_code:
-            results[slot] = _error(broker, append.partition, ErrorCode(result.error_code), result.error_message)
+            results[slot] = _error(ctx, append.partition, ErrorCode(result.error_code), result.error_message)
             continue
-        broker.metrics.produced_bytes.inc(append.size)
+        ctx.metrics.produced_bytes.inc(append.size)
         results[slot] = _Partition(
             index=append.partition,
             error_code=0,
@@ -131,17 +131,17 @@ async def _wait_committed(
         )
 
 
-def _check_representative(broker: HandlerContext, topic: Topic, index: int, client_az: str | None) -> PartitionState:
+def _check_representative(ctx: HandlerContext, topic: Topic, index: int, client_az: str | None) -> PartitionState:
     """Only the partition's representative for the client's AZ takes its produce: any other
     broker answers NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata and moves
     (after a broker joins or leaves its AZ). Returns the partition's state as the view has it
     (its recorded mode marker goes with the batches: CommitPartition.mode_offset)."""
-    state = broker.view.partitions.get(TopicIdPartition.of(topic.topic_id, index))
+    state = ctx.view.partitions.get(TopicIdPartition.of(topic.topic_id, index))
     if state is None:
         code = ErrorCode.LEADER_NOT_AVAILABLE if 0 <= index < topic.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         raise ApiError(code, f"no state for {topic.name}-{index}")
-    chosen = broker.router.representative(str(topic.topic_id), index, state.record.leader, client_az)
-    if chosen != broker.node_id:
+    chosen = ctx.router.representative(str(topic.topic_id), index, state.record.leader, client_az)
+    if chosen != ctx.node_id:
         raise ApiError(
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
             f"broker {chosen} takes produce for {topic.name}-{index} in AZ {client_az}",
@@ -149,9 +149,7 @@ def _check_representative(broker: HandlerContext, topic: Topic, index: int, clie
     return state
 
 
-async def _wait_replicated(
-    broker: HandlerContext, waits: list[tuple[list[Any], int, Any, int]], timeout_s: float
-) -> None:
+async def _wait_replicated(ctx: HandlerContext, waits: list[tuple[list[Any], int, Any, int]], timeout_s: float) -> None:
     """acks=all on classic partitions: answer once the ISR holds the records (or say why not)."""
     if not waits:
         return
@@ -160,13 +158,13 @@ async def _wait_replicated(
     )
     for (results, slot, partition, _end), outcome in zip(waits, outcomes):
         if isinstance(outcome, ApiError):
-            results[slot] = _error(broker, partition.index, outcome.code, outcome.message)
+            results[slot] = _error(ctx, partition.index, outcome.code, outcome.message)
         elif isinstance(outcome, BaseException):
             raise outcome
 
 
-def _error(broker: HandlerContext, index: int, code: ErrorCode, message: str | None) -> Any:
-    broker.metrics.produce_errors.labels(code.name).inc()
+def _error(ctx: HandlerContext, index: int, code: ErrorCode, message: str | None) -> Any:
+    ctx.metrics.produce_errors.labels(code.name).inc()
     return _Partition(
         index=index,
         error_code=code,

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..context import HandlerContext
-from ..mode_status import partition_modes, switch_status
+from ..modes.status import partition_modes, switch_status
 from ..objectstore.probe import store_problem
 from ..protocol.admin import AdminRequest, AdminResponse
 from ..protocol.errors import ErrorCode
@@ -31,30 +31,30 @@ COMMANDS = (
 )
 
 
-async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse:
+async def handle(ctx: HandlerContext, request: AdminRequest) -> AdminResponse:
     def answer(result: Any, error: ErrorCode = ErrorCode.NONE, message: str | None = None) -> AdminResponse:
         return AdminResponse(request.correlation_id, int(error), message, result)
 
     if request.command not in COMMANDS:
         return answer(None, ErrorCode.INVALID_REQUEST, f"unknown command {request.command!r}; known: {list(COMMANDS)}")
     if request.command.startswith("tiering."):
-        return await _tiering(broker, request, answer)
+        return await _tiering(ctx, request, answer)
     if request.command == "objects.check":  # `shoal cluster health`: can this broker use the store?
-        problem = await store_problem(broker.objects)
-        return answer({"node_id": broker.node_id, "reachable": problem is None, "error": problem})
+        problem = await store_problem(ctx.objects)
+        return answer({"node_id": ctx.node_id, "reachable": problem is None, "error": problem})
     if request.command == "topics.modes":  # `shoal topics describe|set-mode`: each partition's mode
-        return _modes(broker, request, answer)
+        return _modes(ctx, request, answer)
     if request.command == "cluster.brokers":  # what Kafka's DescribeCluster does not say
         return answer(
             [
                 {"node_id": b.node_id, "az": b.az, "stateless": b.stateless, "version": b.software_version}
-                for b in sorted(broker.view.brokers.values(), key=lambda b: b.node_id)
+                for b in sorted(ctx.view.brokers.values(), key=lambda b: b.node_id)
             ]
         )
-    manager = broker.wal_files
+    manager = ctx.wal_files
     if not manager.status().active:
-        controller = broker.view.brokers.get(broker.view.controller_id)
-        where: dict[str, Any] = {"controller_id": broker.view.controller_id}
+        controller = ctx.view.brokers.get(ctx.view.controller_id)
+        where: dict[str, Any] = {"controller_id": ctx.view.controller_id}
         if controller is not None:
             where |= {"host": controller.host, "port": controller.port}
         return answer(where, ErrorCode.NOT_CONTROLLER, "the WAL file manager runs on the controller")
@@ -66,16 +66,16 @@ async def handle(broker: HandlerContext, request: AdminRequest) -> AdminResponse
     return answer(msgspec.to_builtins(await manager.run_cycle(dry_run=dry_run)))
 
 
-def _modes(broker: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:
+def _modes(ctx: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:
     names = request.args.get("topics")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return answer(None, ErrorCode.INVALID_REQUEST, "topics must be a list of topic names")
     result = {}
     for name in names:
-        topic = broker.catalog.get(name)
+        topic = ctx.catalog.get(name)
         if topic is None:
             return answer(None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such topic: {name}")
-        modes = partition_modes(topic, broker.view)
+        modes = partition_modes(topic, ctx.view)
         result[name] = {
             "status": switch_status(topic, modes),
             "partitions": [{"partition": m.partition, "mode": m.mode.value, "since": m.boundary} for m in modes],
@@ -83,27 +83,27 @@ def _modes(broker: HandlerContext, request: AdminRequest, answer: Any) -> AdminR
     return answer(result)
 
 
-async def _tiering(broker: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:
+async def _tiering(ctx: HandlerContext, request: AdminRequest, answer: Any) -> AdminResponse:
     topic, index = request.args.get("topic"), request.args.get("partition")
     if topic is not None and not isinstance(topic, str) or index is not None and not isinstance(index, int):
         return answer(None, ErrorCode.INVALID_REQUEST, "topic must be a string and partition an integer")
-    service = broker.offload
+    service = ctx.offload
     brokers = [
         {"node_id": b.node_id, "host": b.host, "port": b.port}
-        for b in sorted(broker.view.brokers.values(), key=lambda b: b.node_id)
+        for b in sorted(ctx.view.brokers.values(), key=lambda b: b.node_id)
         if not b.stateless
     ]
     if request.command == "tiering.run":
         if request.args.get("wait", True) is False:
             service.trigger(topic, index)
-            return answer({"node_id": broker.node_id, "brokers": brokers, "started": True})
+            return answer({"node_id": ctx.node_id, "brokers": brokers, "started": True})
         report = await service.run_once(topic, index)
-        return answer({"node_id": broker.node_id, "brokers": brokers, "run": msgspec.to_builtins(report)})
+        return answer({"node_id": ctx.node_id, "brokers": brokers, "run": msgspec.to_builtins(report)})
     last = service.last_run
     status = {
-        "node_id": broker.node_id,
+        "node_id": ctx.node_id,
         "brokers": brokers,
-        "enabled": broker.config.tiering_enable and not broker.config.stateless,
+        "enabled": ctx.config.tiering_enable and not ctx.config.stateless,
         "partitions": [msgspec.to_builtins(s) for s in service.status() if topic in (None, s.topic)],
         "last_run": None if last is None else msgspec.to_builtins(last),
         "last_success_ms": service.last_success_ms,

@@ -12,10 +12,10 @@ from .registry import api
 
 
 @api(ApiKey.SYNC_GROUP)
-async def handle(broker: HandlerContext, header: RequestHeader, request: SyncGroupRequest) -> SyncGroupResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: SyncGroupRequest) -> SyncGroupResponse:
     version = header.api_version
     try:
-        result = await broker.groups.sync(
+        result = await ctx.groups.sync(
             request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id if version >= 3 else None,

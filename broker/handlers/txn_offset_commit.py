@@ -23,12 +23,12 @@ _Partition = _Topic.TxnOffsetCommitResponsePartition
 
 @api(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 4))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: TxnOffsetCommitRequest
+    ctx: HandlerContext, header: RequestHeader, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse:
     version = header.api_version
     entries = []
     for topic_request in request.topics:
-        topic = broker.catalog.get(topic_request.name)
+        topic = ctx.catalog.get(topic_request.name)
         for p in topic_request.partitions:
             entries.append(
                 (
@@ -41,7 +41,7 @@ async def handle(
                 )
             )
     try:
-        codes = await broker.groups.txn_commit_offsets(
+        codes = await ctx.groups.txn_commit_offsets(
             request.group_id,
             producer_id=request.producer_id,
             producer_epoch=request.producer_epoch,

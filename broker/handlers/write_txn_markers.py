@@ -41,7 +41,7 @@ _Partition = _Topic.WritableTxnMarkerPartitionResult
 
 @api(ApiKey.WRITE_TXN_MARKERS, versions=(1, 1))
 async def handle(
-    broker: HandlerContext, header: RequestHeader, request: WriteTxnMarkersRequest
+    ctx: HandlerContext, header: RequestHeader, request: WriteTxnMarkersRequest
 ) -> WriteTxnMarkersResponse:
     markers = []
     waits: list[tuple[Any, Partition, int]] = []
@@ -52,7 +52,7 @@ async def handle(
             for index in topic.partition_indexes:
                 result = _Partition(partition_index=index, error_code=0)
                 try:
-                    partition = broker.replica_manager.leader(topic.name, index)
+                    partition = ctx.replica_manager.leader(topic.name, index)
                     end = partition.append_txn_marker(
                         marker.producer_id,
                         marker.producer_epoch,
@@ -61,7 +61,7 @@ async def handle(
                     )
                     waits.append((result, partition, end))
                     if topic.name == OFFSETS_TOPIC:  # TxnOffsetCommit: the group shard applies or drops
-                        broker.groups.on_txn_marker(index, marker.producer_id, bool(marker.transaction_result), end)
+                        ctx.groups.on_txn_marker(index, marker.producer_id, bool(marker.transaction_result), end)
                 except ApiError as exc:
                     result.error_code = exc.code
                 partitions.append(result)

@@ -28,7 +28,7 @@ The in-memory copy (a few entries per segment) answers fetches without reading t
 A tiered segment carries the entries whose marker lies in its range as its own `.txnindex`
 (KIP-405's `TRANSACTION_INDEX`, `markers_in` when planned), so the index outlives the local
 segment; reads below the local log walk the tiered indexes, then this one
-(broker/offload/reader.py).
+(broker/tiering/reader.py).
 """
 
 from __future__ import annotations

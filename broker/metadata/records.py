@@ -82,7 +82,7 @@ class PartitionStateRecord(msgspec.Struct, frozen=True):
     isr: list[int]
     partition_epoch: int = 0  # bumped by every change, as KRaft does
     # The mode its leader switched it to and the offset of that switch's mode marker, once
-    # committed (mode_switch.py); None / -1: the topic's creation mode, never switched.
+    # committed (modes/switch.py); None / -1: the topic's creation mode, never switched.
     diskless: bool | None = None
     mode_offset: int = -1
 

@@ -4,7 +4,7 @@ replica in its own AZ for the committed entries of an offset range, then reads t
 from its object cache or the object store. Below the replica's local log, the answer is the
 tiered segment holding the offset, which the asking broker reads from the store itself, with
 the replica's last stable offset and, for read_committed, the aborted transactions
-overlapping the rest of that segment (from the tiered and local indexes, offload/reader.py).
+overlapping the rest of that segment (from the tiered and local indexes, broker/tiering/reader.py).
 The replica is read as Fetch reads it (reads/partition_reader.py `read_replica`).
 Only partition-log entries (about 120 bytes per batch) travel between brokers; record bytes
 never do. Long-polls like a consumer fetch.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..log.remote_segments import encode_segment
 from ..objectstore.store import ObjectStoreError
-from ..offload.reader import TieredReadError
+from ..tiering.reader import TieredReadError
 from ..protocol.errors import ApiError, ErrorCode
 from ..routing.messages import (
     ROUTING_VERSION,
@@ -36,7 +36,7 @@ from .partition_reader import below_local_log, read_replica
 from .replica_policy import holds, is_authoritative
 
 if TYPE_CHECKING:
-    from ..offload.reader import TieredReader
+    from ..tiering.reader import TieredReader
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
     from ..waiters import FetchWaiters

@@ -8,7 +8,7 @@ a RECORDS entry is the batch itself; a COORDINATES entry is the batch's authorit
 header (offsets, leader epoch, any LogAppendTime stamp as committed) plus where the bytes are,
 its batch that header followed by the WAL object's bytes after the first 61. A `TieredSpan`
 (offsets below the local log, KIP-405) is a range of a tiered segment, resolved to the whole
-batches it holds from the store (offload/reader.py). All items of one kind in one call are
+batches it holds from the store (broker/tiering/reader.py). All items of one kind in one call are
 resolved together, so batches of one WAL object share coalesced GETs.
 """
 
@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..diskless.reader import ReadFailure, WalReader
+from ..wal.reader import ReadFailure, WalReader
 from ..log import EntryKind, LogEntry
 from ..log.coordinates import decode_ref
 from ..log.remote_segments import RemoteSegment
-from ..offload.reader import TieredReader
+from ..tiering.reader import TieredReader
 from ..protocol.batch import BATCH_HEADER_SIZE
 
 Pieces = list[memoryview | bytes]  # a batch (a tiered span: its batches) as buffers to concatenate

@@ -1,7 +1,7 @@
 """AZ-routing RPC messages (msgspec, versioned): what a broker asks another on behalf of a
 client it serves without hosting the partition. Entry reads for a broker without a replica
 (reads/remote.py asks, reads/read_service.py answers) and Kafka partition requests
-sent on to the leader (routing/forwarding.py asks, dispatch.py answers). Versioned apart
+sent on to the leader (routing/request_forwarding.py asks, dispatch.py answers). Versioned apart
 from replica fetching (replication/messages.py); every message is tagged, so the peer RPC
 decodes them and the replication messages with one union (peer_service.py).
 """

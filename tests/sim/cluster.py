@@ -23,7 +23,7 @@ from broker.broker import Broker, ShutdownOutcome
 from broker.config import load_config
 from broker.environment import Environment
 from broker.metadata.store import Lease, LeaseKeepAlive
-from broker.offload.runner import TieringJobs
+from broker.tiering.runner import TieringJobs
 from broker.peer_service import PeerRequest, PeerResponse
 from broker.rpc.server import OnBytes
 

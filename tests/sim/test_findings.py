@@ -10,8 +10,8 @@ import asyncio
 import uuid
 
 
-from broker.diskless.commit import CommitRequest, CommitResult, PendingCommit, resolved
-from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.wal.commit import CommitRequest, CommitResult, PendingCommit, resolved
+from broker.wal.wal_writer import PartitionAppend, WalWriter
 from broker.metrics import BrokerMetrics
 from broker.objectstore import ObjectStoreUnavailable
 from broker.log_validator import prepare_diskless

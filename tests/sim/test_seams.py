@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from broker.diskless.commit import COMMIT_VERSION, CommitPartition, CommitRequest, CommitResponse, CommitResult
+from broker.wal.commit import COMMIT_VERSION, CommitPartition, CommitRequest, CommitResponse, CommitResult
 from broker.metadata.store import MetadataUnavailable
 from broker.objectstore import (
     MemoryObjectStore,

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from broker.clock import SystemClock
-from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
+from broker.wal.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
 from broker.objectstore import MemoryObjectStore
 from broker.protocol.errors import ErrorCode
 from tests.unit.test_partition import CLOCK_START, batch

@@ -1,9 +1,9 @@
-"""The leader's side of commit streams (broker/diskless/commit_streams.py): a representative's
+"""The leader's side of commit streams (broker/wal/commit_streams.py): a representative's
 commits are applied in order, and nothing after one that is missing."""
 
 from __future__ import annotations
 
-from broker.diskless.commit_streams import CommitStream, CommitStreams
+from broker.wal.commit_streams import CommitStream, CommitStreams
 
 
 def commit(sequence: int, number: int = 0, node_id: int = 5, incarnation: str = "a") -> CommitStream:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 
 OBJECTS = {name: bytes((i * 7 + j) % 251 for j in range(300)) for i, name in enumerate(["a", "b", "c"])}
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
+from broker.wal.commit import COMMIT_VERSION, CommitBatch, CommitPartition, CommitRequest
 from broker.log.coordinates import InvalidCoordinates, WalRef, WalRefFormatError, decode_ref, encode_ref, make_ref
 from broker.protocol.errors import ApiError, ErrorCode
 from walfiles.keys import format_wal_id

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.clock import SystemClock
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.log.coordinates import WalRef, make_ref
-from broker.diskless.reader import WalReader, WalReadError
+from broker.wal.reader import WalReader, WalReadError
 from broker.objectstore.memory import MemoryObjectStore
 from broker.objectstore.store import NotFound, ObjectStoreError
 from tests.unit.test_walfiles_format import real_batch

@@ -13,11 +13,11 @@ import msgspec
 
 from broker.clock import SystemClock
 from broker.cluster.view import PartitionState
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.metadata.records import BrokerRecord, PartitionStateRecord
 from broker.objectstore import MemoryObjectStore
-from broker.offload.reader import TieredReader
+from broker.tiering.reader import TieredReader
 from broker.partition import Partition
 from broker.protocol.errors import ErrorCode
 from broker.reads.replica_policy import forward_target

@@ -391,7 +391,7 @@ def test_local_retention_keeps_local_segments_in_a_gap_between_tiered_segments(
     gets `tiered_end`, the end of the *last* readable segment, and enforce_retention deletes
     every old local segment below it, as if everything below were tiered. Readable segments
     need not be contiguous: a job with several ranges may commit a later range while an
-    earlier one fails (offload/service.py _run_job commits range by range: a missing manifest,
+    earlier one fails (broker/tiering/service.py _run_job commits range by range: a missing manifest,
     the overlap refusal or fencing fails one), and the planner never goes back (it plans from
     tiered_end). The local copy of the untiered gap is then deleted: offsets in it are read
     neither locally (below the log start) nor from tiered storage (segment_for is None).

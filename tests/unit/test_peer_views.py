@@ -14,7 +14,7 @@ from broker.cluster.messages import VIEW_REVISION_VERSION, ViewRevisionRequest, 
 from broker.cluster.peer_views import wait_for_peer_views
 from broker.peer_service import PeerRequest, PeerResponse
 from broker.rpc import RpcClientPool, RpcServer
-from broker.walgc.messages import WalQueryRequest, WalQueryResponse
+from broker.walfiles.messages import WalQueryRequest, WalQueryResponse
 
 
 def view_of(ports: dict[int, int]) -> Any:

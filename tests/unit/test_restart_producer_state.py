@@ -31,15 +31,15 @@ from hypothesis import strategies as st
 
 from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.log import EntryKind
 from broker.log.txn_index import AbortedTxn
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore
-from broker.offload.planner import ready_ranges
-from broker.offload.reader import TieredReader
+from broker.tiering.planner import ready_ranges
+from broker.tiering.reader import TieredReader
 from broker.partition import Partition
 from broker.producers import EndTxn, ProducerStateManager, SnapshotError
 from broker.producers import snapshot as snapshots

@@ -1,4 +1,4 @@
-"""Reads from tiered segments (broker/offload/reader.py): a consumer reading a segment on,
+"""Reads from tiered segments (broker/tiering/reader.py): a consumer reading a segment on,
 fetch by fetch, costs one GET per block (plus the index), whatever its fetch size, and gets
 whole batches from the one holding its offset (regression: the first version GET each
 fetch's range from the index position, re-reading overlaps: 3,316 GETs per GiB in
@@ -11,12 +11,12 @@ import asyncio
 import pytest
 
 from broker.clock import SystemClock
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.log.markers import RemoteSegmentState
 from broker.log.remote_segments import RemoteSegment
 from broker.objectstore import MemoryObjectStore
-from broker.offload import reader as reader_module
-from broker.offload.reader import TieredReader
+from broker.tiering import reader as reader_module
+from broker.tiering.reader import TieredReader
 from tests.tiering.test_assemble import BASE, CLUSTER, TOPIC_ID, _scenario
 from tiering.assemble import assemble_range
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from broker.clock import ManualClock, SystemClock
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore
-from broker.offload.service import OffloadService, OffloadSettings
+from broker.tiering.service import OffloadService, OffloadSettings
 from broker.partition import Partition
 from tests.unit.test_partition_tiering import TIERED, lead, open_partition
 from tests.unit.test_tiered_transactions import CLUSTER, tier

@@ -17,13 +17,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from broker.clock import ManualClock, SystemClock
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.handlers import fetch
 from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent
 from broker.log.txn_index import AbortedTxn
 from broker.objectstore import MemoryObjectStore
-from broker.offload.planner import ReadyRange, plan_range
-from broker.offload.reader import TieredReader
+from broker.tiering.planner import ReadyRange, plan_range
+from broker.tiering.reader import TieredReader
 from broker.partition import Partition
 from broker.protocol.batch import parse_header
 from broker.routing.messages import ROUTING_VERSION, ReadPartition, ReplicaReadRequest

@@ -1,4 +1,4 @@
-"""The tiering litter sweep (broker/offload/litter.py) with the real offload service, a real
+"""The tiering litter sweep (broker/tiering/litter.py) with the real offload service, a real
 partition in a temp dir, the in-memory object store and a manual clock.
 
 Regression (tiering seed 10167 at c2fb7c8): the leader of epoch 0 planned ranges and its
@@ -20,7 +20,7 @@ from broker.clock import ManualClock
 from broker.metrics import BrokerMetrics
 from broker.objectstore import MemoryObjectStore
 from broker.objectstore.store import ObjectInfo
-from broker.offload.service import OffloadService, OffloadSettings
+from broker.tiering.service import OffloadService, OffloadSettings
 from broker.partition import Partition
 from tests.unit.test_partition_tiering import CLOCK_START, SMALL_TIERED, lead, open_partition
 from tests.unit.test_tiered_transactions import CLUSTER

@@ -1,4 +1,4 @@
-"""The tiering job runner (broker/offload/runner.py): the command it builds for the embedded
+"""The tiering job runner (broker/tiering/runner.py): the command it builds for the embedded
 default and for spark-submit, the summary it reads, a job that cannot start, fails or runs
 past tiering.job.timeout.ms (killed with its process group)."""
 
@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from broker.offload.runner import SparkJobRunner
+from broker.tiering.runner import SparkJobRunner
 
 
 def test_embedded_default_runs_the_module_with_this_python_in_local_mode() -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from broker.diskless.commit import CommitRequest, CommitResult, PendingCommit, resolved
-from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.wal.commit import CommitRequest, CommitResult, PendingCommit, resolved
+from broker.wal.wal_writer import PartitionAppend, WalWriter
 from broker.metrics import BrokerMetrics
 from broker.log_validator import prepare_diskless
 from tests.sim.runner import Sim, run

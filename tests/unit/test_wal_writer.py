@@ -14,10 +14,10 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from broker.clock import ManualClock, SystemClock
 from broker.config import load_config
-from broker.diskless.cache import ObjectCache
-from broker.diskless.commit import CommitRequest, LocalCommitter, PendingCommit
-from broker.diskless.reader import WalReader
-from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.wal.cache import ObjectCache
+from broker.wal.commit import CommitRequest, LocalCommitter, PendingCommit
+from broker.wal.reader import WalReader
+from broker.wal.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
@@ -222,7 +222,7 @@ def test_keys_that_stay_taken_fail_the_object_with_kafka_storage_error(tmp_path:
             self.asked = getattr(self, "asked", 0) + 1
             return False
 
-    from broker.diskless.wal_writer import WAL_KEY_ATTEMPTS
+    from broker.wal.wal_writer import WAL_KEY_ATTEMPTS
 
     async def scenario() -> None:
         store = EveryKeyTaken(clock=SystemClock())
@@ -274,7 +274,7 @@ def test_commit_past_the_deadline_is_refused(tmp_path: Path) -> None:
         rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()))
         stale_key = WalKeyAllocator("", CLUSTER, 0, lambda: CLOCK_START - 60_001, first_sequence=0).next()
         append = rig.append(0, batch(0))
-        from broker.diskless.commit import COMMIT_VERSION, CommitBatch, CommitPartition
+        from broker.wal.commit import COMMIT_VERSION, CommitBatch, CommitPartition
 
         part = CommitPartition(TOPIC_ID, 0, -1, [CommitBatch(head, 8, len(b)) for b, head in append.batches], -1)
         response = rig.committer.apply(CommitRequest(COMMIT_VERSION, stale_key.object_id, [part]))
@@ -470,7 +470,7 @@ class LeaderBroker:
 
 def remote_writer(rig: Rig, leader: LeaderBroker, partitions: int) -> WalWriter:
     """A WAL writer on broker 5 whose partitions broker 0 leads, reached through `leader`."""
-    from broker.diskless.commit_router import CommitRouter
+    from broker.wal.commit_router import CommitRouter
 
     view = SimpleNamespace(
         partitions={
@@ -611,7 +611,7 @@ def test_a_replication_wait_answers_the_partitions_still_waiting_as_not_done(tmp
     cancelled, which is not done yet), so the representative answered every partition of it
     REQUEST_TIMED_OUT ("possibly persisted") although they were appended, instead of asking
     again for the ones still waiting."""
-    from broker.diskless.commit import COMMIT_VERSION, ReplicationWaitRequest, WaitPartition
+    from broker.wal.commit import COMMIT_VERSION, ReplicationWaitRequest, WaitPartition
 
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=2, wal_linger_ms=5)
@@ -644,7 +644,7 @@ class Leaders:
 def moving_writer(rig: Rig, pool: object) -> tuple[WalWriter, SimpleNamespace]:
     """A WAL writer on broker 5 for partition 0, led by broker 0 until the test changes the
     returned record (the representative's view of the partition)."""
-    from broker.diskless.commit_router import CommitRouter
+    from broker.wal.commit_router import CommitRouter
 
     record = SimpleNamespace(leader=0, leader_epoch=0)
     view = SimpleNamespace(
@@ -797,7 +797,7 @@ def test_a_later_batch_acknowledged_lifts_the_barrier_of_an_earlier_one_whose_an
     """Cluster seed 30353: batch N's commit was applied but its answer lost (REQUEST_TIMED_OUT,
     a barrier), N+1 was acknowledged, and librdkafka, taking N as delivered with N+1, never
     sent N again: its next batches were refused until the barrier lapsed 10 s later."""
-    from broker.diskless.commit import CommitResult
+    from broker.wal.commit import CommitResult
 
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)
@@ -839,7 +839,7 @@ def test_a_batch_whose_answer_was_lost_does_not_hold_back_the_producers_next_one
     call failed with its answer lost. The barrier held back every later batch of the producer,
     which librdkafka (N taken as delivered with N+1) never retries: refused until the barrier
     lapsed. Sent the same way as N, they follow it in order and are safe."""
-    from broker.diskless.commit import CommitResult
+    from broker.wal.commit import CommitResult
 
     async def scenario() -> None:
         rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)

@@ -1,11 +1,11 @@
-"""The WAL file manager's decisions (broker/walgc/policy.py), as pure functions."""
+"""The WAL file manager's decisions (broker/walfiles/policy.py), as pure functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.walgc.messages import NO_REFERENCE, ReplicaReference, WalReferencesResponse
-from broker.walgc.policy import Known, PendingDeletes, Sample, Timing, combine, judge
+from broker.walfiles.messages import NO_REFERENCE, ReplicaReference, WalReferencesResponse
+from broker.walfiles.policy import Known, PendingDeletes, Sample, Timing, combine, judge
 
 NOW = 1_000_000
 DEADLINE = 60_000

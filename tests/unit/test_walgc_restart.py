@@ -21,9 +21,9 @@ import pytest
 
 from broker.metadata import records
 from broker.metrics import BrokerMetrics
-from broker.walgc.cluster import ClusterReferences
-from broker.walgc.manager import GcPaused, ManagerSettings, WalFileManager
-from broker.walgc.messages import (
+from broker.walfiles.cluster import ClusterReferences
+from broker.walfiles.manager import GcPaused, ManagerSettings, WalFileManager
+from broker.walfiles.messages import (
     WALGC_VERSION,
     ObjectsFound,
     ObjectsQuery,
@@ -33,7 +33,7 @@ from broker.walgc.messages import (
     WalReferencesRequest,
     WalReferencesResponse,
 )
-from broker.walgc.reporter import NotReady
+from broker.walfiles.reporter import NotReady
 from tests.inprocess import InProcessBroker
 from tests.integration.clients import build_batch
 from walfiles.format import WalObjectBuilder

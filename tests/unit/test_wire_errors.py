@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker.diskless.reader import WalReadError
-from broker.diskless.wal_writer import WalKeyCollision
+from broker.wal.reader import WalReadError
+from broker.wal.wal_writer import WalKeyCollision
 from broker.log import LogClosedError, OffsetOutOfRangeError
 from broker.log.coordinates import InvalidCoordinates
 from broker.log.txn_index import TxnIndexCorruptError
 from broker.objectstore.store import NotFound, ObjectStoreError, ObjectStoreUnavailable
-from broker.offload.reader import TieredReadError
+from broker.tiering.reader import TieredReadError
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.rpc.errors import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
 from broker.wire_errors import LOG_STORAGE_FAILURES, wire_error

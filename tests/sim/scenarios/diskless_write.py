@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.config import load_config
-from broker.diskless.cache import ObjectCache
-from broker.diskless.commit import CommitResult, LocalCommitter
+from broker.wal.cache import ObjectCache
+from broker.wal.commit import CommitResult, LocalCommitter
 from broker.log.coordinates import decode_ref
 from broker.log.txn_markers import decode_txn_marker, is_txn_marker
-from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.wal.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics

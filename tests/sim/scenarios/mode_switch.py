@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.metadata import MetadataError
-from broker.mode_status import recorded_mode
+from broker.modes.status import recorded_mode
 from broker.partition_ids import TopicIdPartition
 from broker.protocol.errors import ApiError
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from broker.log.markers import RemoteSegmentState
 from broker.log.remote_segments import RemoteSegments
-from broker.offload.runner import JobOutcome
+from broker.tiering.runner import JobOutcome
 from tiering.assemble import assemble_range
 from tiering.plan import decode_plan
 from walfiles.keys import SegmentFile, format_tiered_segment_key

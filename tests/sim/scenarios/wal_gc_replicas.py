@@ -24,9 +24,9 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-from broker.diskless.cache import ObjectCache
-from broker.diskless.commit import LocalCommitter
-from broker.diskless.wal_writer import PartitionAppend, WalWriter
+from broker.wal.cache import ObjectCache
+from broker.wal.commit import LocalCommitter
+from broker.wal.wal_writer import PartitionAppend, WalWriter
 from broker.log import EntryKind
 from broker.log.coordinates import decode_ref
 from broker.metadata.records import PartitionStateRecord
@@ -34,9 +34,9 @@ from broker.metrics import BrokerMetrics
 from broker.objectstore import NotFound
 from broker.log_validator import prepare_diskless
 from broker.partition import Partition
-from broker.walgc.manager import GcPaused, ManagerSettings, WalFileManager
-from broker.walgc.messages import ObjectsQuery, WalQueryRequest, WalReferencesRequest
-from broker.walgc.reporter import RecentUploads, ReferenceReporter
+from broker.walfiles.manager import GcPaused, ManagerSettings, WalFileManager
+from broker.walfiles.messages import ObjectsQuery, WalQueryRequest, WalReferencesRequest
+from broker.walfiles.reporter import RecentUploads, ReferenceReporter
 from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 
 from ..objectstore import ObjectStoreFaults, build_object_store

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.log.remote_segments import RemoteSegment
 from broker.log.txn_index import AbortedTxn, TxnIndexCorruptError, collect_overlapping, decode_entries
 from broker.objectstore.store import ObjectReader

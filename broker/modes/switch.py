@@ -26,21 +26,21 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .metadata import KeyValue, MetadataError
-from .mode_status import recorded_mode
-from .metadata import records
-from .partition_ids import TopicIdPartition
-from .producers.open_transactions import open_transaction_age_s
-from .protocol.errors import ApiError
+from ..metadata import KeyValue, MetadataError
+from .status import recorded_mode
+from ..metadata import records
+from ..partition_ids import TopicIdPartition
+from ..producers.open_transactions import open_transaction_age_s
+from ..protocol.errors import ApiError
 
 if TYPE_CHECKING:
-    from .clock import Clock
-    from .cluster.view import ClusterView
-    from .metadata import MetadataStore
-    from .metrics import BrokerMetrics
-    from .partition import Partition
-    from .replica_manager import ReplicaManager
-    from .topics import Topic, TopicCatalog
+    from ..clock import Clock
+    from ..cluster.view import ClusterView
+    from ..metadata import MetadataStore
+    from ..metrics import BrokerMetrics
+    from ..partition import Partition
+    from ..replica_manager import ReplicaManager
+    from ..topics import Topic, TopicCatalog
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from broker.diskless.cache import ObjectCache
+from broker.wal.cache import ObjectCache
 from broker.log.coordinates import WalRef
 from broker.objectstore.store import ObjectReader
 from broker.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD

@@ -40,9 +40,9 @@ from broker.config import BrokerConfig
 from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent, RemoteSegmentState
 from broker.log.remote_segments import RemoteSegment
 from broker.objectstore.store import MAX_DELETE_BATCH, NotFound, ObjectStore, ObjectStoreError
-from broker.offload.litter import LitterSweeper
-from broker.offload.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
-from broker.offload.runner import JobOutcome, TieringJobs
+from broker.tiering.litter import LitterSweeper
+from broker.tiering.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
+from broker.tiering.runner import JobOutcome, TieringJobs
 from broker.partition import Partition
 from broker.partition_ids import TopicPartition
 from broker.protocol.errors import ApiError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from broker.walgc.render import size
+from broker.walfiles.render import size
 
 
 def _when(ms: int) -> str:

@@ -3,7 +3,10 @@ or a representative that hosts no replica or a follower): ListOffsets, OffsetFor
 and DeleteRecords are sent on, per leader, to the partition's leader over the RPC, which
 answers them as if the client had asked it. They are rare and small (a consumer's start, a
 leader change, an administrator's delete), so their crossing an AZ costs little, and only
-the leader may answer them. The leader answers them in dispatch.py (`answer_forwarded`)."""
+the leader may answer them. The leader answers them in dispatch.py (`answer_forwarded`).
+
+Whole Kafka requests, that is; the WAL writer's commits reach their leaders another way
+(wal/commit_router.py)."""
 
 from __future__ import annotations
 

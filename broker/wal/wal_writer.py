@@ -135,7 +135,7 @@ class _OpenObject:
 
 
 # (object id, partitions that reference it for good, partitions that may): the WAL file
-# manager's cheap source of truth about uploaded objects (walgc/reporter.py RecentUploads)
+# manager's cheap source of truth about uploaded objects (broker/walfiles/reporter.py RecentUploads)
 OnCommitted = Callable[[str, list[tuple[uuid.UUID, int]], list[tuple[uuid.UUID, int]]], None]
 
 

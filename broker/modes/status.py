@@ -1,5 +1,5 @@
 """Where a topic's mode switch stands, per partition, from the cluster view (what leaders
-recorded in the partition states once their mode markers were committed, mode_switch.py).
+recorded in the partition states once their mode markers were committed, switch.py).
 Any broker can answer: `shoal topics describe`, DescribeConfigs' `diskless.mode.status`,
 and the admin API's `topics.modes` all read this.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .metadata.records import NO_LEADER, PartitionStateRecord
-from .partition_ids import TopicIdPartition
-from .topic_mode import TopicMode, partition_mode
+from ..metadata.records import NO_LEADER, PartitionStateRecord
+from ..partition_ids import TopicIdPartition
+from ..topic_mode import TopicMode, partition_mode
 
 if TYPE_CHECKING:
-    from .cluster.view import ClusterView
-    from .topics import Topic
+    from ..cluster.view import ClusterView
+    from ..topics import Topic
 
 STATUS_CONFIG = "diskless.mode.status"  # the read-only DescribeConfigs entry
 
