@@ -144,7 +144,7 @@ def _build_batch(
     return bytes(builder.build())
 
 
-@scenario("diskless_write", max_virtual_s=1800.0, max_steps=200_000, test_seeds=700)
+@scenario("diskless_write", max_virtual_s=1800.0, max_steps=200_000, test_seeds=1000)
 async def diskless_write(sim: Sim) -> dict[str, int]:
     """Diskless write path (WalWriter, LocalCommitter, real logs) over a faulty object store."""
     rng = sim.fork("scenario")

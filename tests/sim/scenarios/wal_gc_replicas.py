@@ -125,7 +125,7 @@ def referenced(world: list[Replicas]) -> dict[str, str]:
     return found
 
 
-@scenario("wal_gc_replicas", max_virtual_s=900.0, max_steps=400_000, test_seeds=150)
+@scenario("wal_gc_replicas", max_virtual_s=900.0, max_steps=400_000, test_seeds=800)
 async def wal_gc_replicas(sim: Sim) -> dict[str, int]:
     """The WAL file manager over real replicas: copies, leader moves, DeleteRecords, takeovers, store faults."""
     rng = sim.fork("scenario")
