@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run dev-cluster test lint test-unit test-integration sim bench install clean
+.PHONY: run dev-cluster test test-fast lint test-unit test-integration sim bench install clean
 
 # Also installs kafkajs (tests/js) for tests/integration/test_kafkajs.py, which skip without
 # node/npm, but fail when CI=true.
@@ -55,6 +55,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## The inner loop: unit, protocol and contract tests in TEST_JOBS workers, then a simulation
+## smoke (the first two seeds of every scenario, 2 processes). No lint, no integration tests,
+## no full seed counts: `make test` before a commit. docs/testing.md has its time here.
+test-fast: $(STAMP)
+	bash .ci/install-etcd
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadgroup tests/unit tests/protocol tests/contract tests/sim --ignore=tests/sim/test_scenarios.py
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.sim --scenario all --seeds 0..2 --jobs 2
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/protocol
