@@ -27,7 +27,7 @@ from .partition_ids import TopicPartition
 from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManager
 from .producers.snapshot import decode_snapshot_at, encode_snapshot
 from .producers.state import MAX_PERMITS
-from .producers.barriers import DEFAULT_MAX_BARRIERS, SequenceBarriers
+from .producers.barriers import DEFAULT_MAX_BARRIERS, Barrier, SequenceBarriers
 from . import log_validator
 from .log.coordinates import WalRef, encode_ref
 from .protocol.batch import BatchHeader, parse_header
@@ -618,12 +618,15 @@ class Partition:
         self.producers.grant(producer_id, producer_epoch)
 
     def _check_acks_for(self, headers: list[BatchHeader], acks: int) -> None:
-        """check_acks; too few in-sync replicas holds back the producers' later batches
-        until they retry these (a later one landing once the ISR is back would leave a gap)."""
+        """check_acks; too few in-sync replicas or not (yet) the leader holds back the
+        producers' later batches until they retry these: a later one would land once the ISR
+        is back, leaving a gap, or be answered OUT_OF_ORDER_SEQUENCE_NUMBER once this broker
+        leads, on which librdkafka bumps its epoch and sends every unacknowledged message of
+        every partition again, possibly persisted ones too (librdkafka issue 4953)."""
         try:
             self.check_acks(acks)
         except ApiError as exc:
-            if exc.code == ErrorCode.NOT_ENOUGH_REPLICAS:
+            if exc.code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_LEADER_OR_FOLLOWER):
                 for header in headers:
                     self.barriers.failed(None, header, exc.code)
             raise
@@ -654,11 +657,11 @@ class Partition:
         start = self.log.log_end_offset
         try:
             for header, data in items:
-                if end_txn is None and self.barriers and (held := self.barriers.check(None, header)) is not None:
+                if end_txn is None and self.barriers and (held := self._held_back(header)) is not None:
                     raise ApiError(
                         held.error,
                         f"{self.topic}-{self.index}: an earlier batch of producer {header.producer_id} "
-                        f"(sequence {held.first_sequence}) failed to be written: retry it first",
+                        f"(sequence {held.first_sequence}) failed here ({held.error.name}): retry it first",
                     )
                 if end_txn is None:
                     verdict = self.producers.check(header, verify_txn)
@@ -696,6 +699,17 @@ class Partition:
             self.advance_high_watermark()
             self._on_append(self)
         return AppendOutcome(first_offset, append_time, self.log.log_start_offset, appended, end_offset)
+
+    def _held_back(self, header: BatchHeader) -> Barrier | None:
+        """The barrier that refuses `header`'s batch, if its producer's failed batch is still
+        missing: one that follows the producer's last batch here in sequence finds nothing
+        missing (the failed one reached the log another way, typically replicated from the
+        leader that took it after this broker had refused it as a follower)."""
+        held = self.barriers.check(None, header)
+        if held is not None and self.producers.continues(header):
+            self.barriers.acknowledged(None, header)
+            return None
+        return held
 
     def _refusal(self, header: BatchHeader, verdict: ErrorCode) -> str:
         what = f"producer {header.producer_id} epoch {header.producer_epoch} sequence {header.base_sequence}"

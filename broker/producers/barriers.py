@@ -21,6 +21,12 @@ the ones after it (they drain the partition first), so the refused batches come 
 
 A partition leader keeps barriers too, for batches it failed to write (a disk error; too few
 in-sync replicas for acks=all): a Kafka leader takes the whole log directory offline instead.
+And so does a replica for batches it refused as not (yet) the leader: a producer whose
+metadata names it leader sends there before it has taken over, and the batches that arrive
+once it leads would be OUT_OF_ORDER (Kafka answers so; librdkafka then bumps, see above;
+librdkafka issue 4953). A partition's barrier holds back nothing once a batch follows the
+producer's last one in its log in sequence: the failed batch reached the log another way
+(replicated from the leader that took it).
 
 A batch whose outcome is unknown (its commit's answer was lost) or whose acks=all wait
 failed may be in the log after all. Its barrier holds back only the batches sent another way

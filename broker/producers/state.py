@@ -276,6 +276,16 @@ class ProducerStateManager:
     def permit_count(self) -> int:
         return len(self._permits)
 
+    def continues(self, header: BatchHeader) -> bool:
+        """`header`'s batch directly follows its producer's last one here, in the same epoch:
+        nothing of that producer is missing before it."""
+        entry = self._producers.get(header.producer_id)
+        return (
+            entry is not None
+            and entry.producer_epoch == header.producer_epoch
+            and in_sequence(entry.last_seq, header.base_sequence)
+        )
+
     def check(self, header: BatchHeader, verify_txn: bool = False) -> ErrorCode | DuplicateBatch | None:
         """Validate one batch against the current state without changing it.
 

@@ -224,3 +224,51 @@ def test_a_duplicate_waits_for_its_own_offsets_not_the_log_end(tmp_path: Path, c
     retry = partition.append_records(batch(0), acks=-1)
     assert (retry.base_offset, retry.end_offset) == (0, 2)
     assert partition.log.high_watermark >= retry.end_offset, "acknowledged at once"
+
+
+def test_a_follower_that_refused_a_producers_batches_holds_back_their_successors_once_it_leads(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Cluster seed 101446: a producer sent a partition's next batches (sequences 6-10) to the
+    broker its metadata named leader before that broker had taken over. It refused 6-8 as not
+    the leader, became leader, and answered 9 and 10 OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka
+    does. librdkafka then bumps its epoch and sends every unacknowledged message of every
+    partition again from sequence 0 (librdkafka issue 4953): another partition's batches,
+    appended by a leader that then answered NOT_LEADER_OR_FOLLOWER, were stored twice. A
+    broker that refused a producer's batch as not the leader refuses its later ones with the
+    same retriable error until that one comes again, and then takes them in order."""
+    partition = open_partition(tmp_path, clock)
+    assert partition.append_records(batch(0), acks=1).base_offset == 0
+    partition.make_follower(PartitionStateRecord(1, [0, 1], 1, 2, [0, 1]), 2)
+    for seq in (2, 4):
+        with pytest.raises(ApiError) as refused:
+            partition.append_records(batch(seq), acks=1)
+        assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 3, [0, 1]), 3)
+    with pytest.raises(ApiError) as held:
+        partition.append_records(batch(6), acks=1)
+    assert held.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER, "not OUT_OF_ORDER: librdkafka would bump its epoch"
+    assert [partition.append_records(batch(seq), acks=1).base_offset for seq in (2, 4, 6)] == [2, 4, 6]
+
+
+def test_a_barrier_whose_batch_reached_the_log_another_way_holds_back_nothing(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The batches a follower refused usually reach the log through the real leader and come
+    here by replication: once this broker leads, the producer's next batch follows them in
+    sequence, so nothing is missing and it is taken at once (no 10 s stall)."""
+    partition = open_partition(tmp_path, clock)
+    assert partition.append_records(batch(0), acks=1).base_offset == 0
+    partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 2, [0, 1]), 2)
+    partition.make_follower(PartitionStateRecord(1, [0, 1], 1, 3, [0, 1]), 3)
+    with pytest.raises(ApiError) as refused:
+        partition.append_records(batch(2), acks=1)
+    assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    leader = open_partition(tmp_path / "leader", clock)  # the real leader of epoch 3 takes it
+    leader.append_records(batch(0), acks=1)
+    leader.make_leader(0, PartitionStateRecord(1, [1, 0], 1, 3, [0, 1]), 3)
+    leader.append_records(batch(2), acks=1)
+    partition.append_replicated([(e.kind, e.data) for e in leader.log.iter_entries(2)], 4)
+    partition.make_leader(0, PartitionStateRecord(1, [0, 1], 0, 4, [0, 1]), 4)
+    assert partition.append_records(batch(4), acks=1).base_offset == 4
+    assert len(partition.barriers) == 0
