@@ -15,8 +15,10 @@ next object commits. N+1 then reaches the leader with N missing, and either
 
 So the representative records (partition, producer id) -> (epoch, first sequence, error) when
 a batch fails, and refuses the producer's batches of that partition with a higher sequence in
-that epoch with the same retriable error, until a batch at or below the failed sequence (the
-retry) or of a newer epoch comes. librdkafka and the Java client retry a failed batch before
+that epoch with the same retriable error, until a batch holding the failed sequence (the
+retry) or of a newer epoch comes; a batch wholly before it was sent before the failed one and
+goes on (cluster seed 101310: lifting the barrier there let the batches after the failed one
+through, out of sequence). librdkafka and the Java client retry a failed batch before
 the ones after it (they drain the partition first), so the refused batches come back in order.
 
 A partition leader keeps barriers too, for batches it failed to write (a disk error; too few
@@ -112,8 +114,10 @@ class SequenceBarriers:
 
     def check(self, partition: Hashable, header: BatchHeader, route: object = None) -> Barrier | None:
         """The barrier that refuses `header`'s batch (about to be sent `route`), or None; a
-        batch that retries the failed one (at or below its sequence) or starts a newer epoch
-        lifts the barrier."""
+        batch that retries the failed one (holds its sequence) or starts a newer epoch lifts
+        the barrier. A batch wholly before the failed one goes on and leaves it standing: the
+        client sent it before the failed one (pipelined, its object still shipping here), so
+        the retry is still to come."""
         if not sequenced(header):
             return None
         key = (partition, header.producer_id)
@@ -125,7 +129,9 @@ class SequenceBarriers:
                 return None  # it follows the failed one the same way, in order
             self._refused(key, held, header)
             return held
-        if header.producer_epoch >= held.epoch:  # the retry, or a bumped epoch: in order again
+        if header.producer_epoch > held.epoch or (
+            header.producer_epoch == held.epoch and not _after(held.first_sequence, header.last_sequence)
+        ):  # the retry, or a bumped epoch: in order again
             del self._barriers[key]
         return None
 

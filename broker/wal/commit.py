@@ -141,7 +141,8 @@ class Committer(Protocol):
     def route(self, topic_id: uuid.UUID, partition: int) -> object:
         """Where a commit of the partition would go now (a hashable token: leader, leader
         epoch, commit stream). The WAL writer holds a partition's idempotent batches back
-        while earlier ones sent another way are unresolved (wal_writer.py)."""
+        while earlier ones sent another way are unresolved, and fails a plain batch whose
+        route changed between its admission and its commit (wal_writer.py)."""
 
     def commit(self, request: CommitRequest) -> list[PendingCommit]:
         """Called in seal order: the call itself takes the commit's place in the leaders'

@@ -122,6 +122,7 @@ class _Slot:
     part: CommitPartition
     future: asyncio.Future[CommitResult]
     size: int  # its batches' bytes, counted in flight until its commit is applied
+    route: object  # where its commit would have gone when it was admitted (Committer.route)
 
 
 @dataclass(slots=True)
@@ -249,6 +250,7 @@ class WalWriter:
                     CommitPartition(append.topic_id, append.partition, append.acks, commit_batches, append.mode_offset),
                     future,
                     append.size,
+                    self._committer.route(append.topic_id, append.partition),
                 )
             )
             if obj.builder.size >= self._buffer_max_bytes:
@@ -431,9 +433,10 @@ class WalWriter:
 
     def _hold_back(self, obj: _OpenObject) -> list[object]:
         """Fail the slots whose producer has an earlier batch of the partition that failed
-        and was not sent again yet (producers/barriers.py), with that batch's error, and the
-        idempotent slots whose partition has unsettled slots sent another way. Returns the
-        route of each slot kept."""
+        and was not sent again yet (producers/barriers.py), with that batch's error, the
+        idempotent slots whose partition has unsettled slots sent another way, and the plain
+        slots whose route changed since they were admitted. Returns the route of each slot
+        kept."""
         kept, routes = [], []
         barred = bool(self._barriers)
         for slot in obj.slots:
@@ -456,6 +459,16 @@ class WalWriter:
                     "the partition's leader changed while earlier batches sent to the previous one are unresolved",
                 )
                 self._bar(slot, refusal.code)
+            if refusal is None and route != slot.route and not _sequenced(slot):
+                # A plain producer's later batches may already be in the log by the new route
+                # (its client moved with the leader while this object uploaded): committed
+                # now, this one would land after them. Kafka's leader fails a request it did
+                # not append before losing leadership; so does this representative. Sequenced
+                # batches need not: the leader's sequence check keeps them in order.
+                refusal = ApiError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    "the partition's leader changed while its WAL object was uploading",
+                )
             if refusal is None:
                 kept.append(slot)
                 routes.append(route)

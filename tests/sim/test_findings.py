@@ -66,8 +66,8 @@ def test_commits_stay_in_seal_order_when_an_upload_in_the_middle_fails() -> None
             max_inflight_bytes=1 << 20,
         )
         futures = []
-        for seq in range(4):  # one object each (sealed by size)
-            batch = memoryview(make_batch(7, seq, 1))
+        for seq in range(4):  # one object each (sealed by size); one producer each: a failed batch
+            batch = memoryview(make_batch(7 + seq, 0, 1))  # holds back its own producer's later ones
             append = PartitionAppend(
                 uuid.UUID(int=1), 0, -1, prepare_diskless(batch, topic_settings(), sim.clock.now_ms()), -1
             )

@@ -136,3 +136,18 @@ def test_a_batch_that_may_be_in_the_log_holds_back_only_what_is_sent_another_way
     assert barriers.check(P, header(10), "leader 2") is not None
     barriers.failed(P, header(7), ErrorCode.KAFKA_STORAGE_ERROR)  # a later one known not to be in the log
     assert barriers.check(P, header(10), "leader 1") is not None
+
+
+def test_an_earlier_batch_still_in_flight_passes_and_leaves_the_barrier() -> None:
+    """Cluster seed 101310 (at 4bb8b62): the representative refused sequence 90 (its view
+    had just moved the partition away), then shipped the object holding 89, which the client
+    had sent before 90. 89 lifted the barrier as if it were the retry, 91 and 92 reached the
+    leader without 90: OUT_OF_ORDER_SEQUENCE_NUMBER, an epoch bump, and 88-89 (answered
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, in the log) stored again under the new epoch."""
+    barriers = SequenceBarriers(10, fixed_now)
+    barriers.failed(P, header(90), ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert barriers.check(P, header(89)) is None, "sent before the failed one: goes on"
+    held = barriers.check(P, header(91))
+    assert held is not None and held.first_sequence == 90, "89 is no retry of 90: 91 still waits"
+    assert barriers.check(P, header(88, count=3)) is None, "a retry holding the failed sequence lifts it"
+    assert barriers.check(P, header(91)) is None and len(barriers) == 0

@@ -874,3 +874,49 @@ def test_a_batch_whose_answer_was_lost_does_not_hold_back_the_producers_next_one
         c.cancel()
 
     run(scenario())
+
+
+class Moving(DecidedByTheTest):
+    """A committer whose partitions' leader (and so route) the test moves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leader = "leader 0, epoch 0"
+
+    def route(self, topic_id: uuid.UUID, partition: int) -> str:
+        return self.leader
+
+
+def test_a_plain_batch_whose_leader_changed_while_its_object_uploaded_is_not_committed(tmp_path: Path) -> None:
+    """Cluster seed 100725 (at 4bb8b62): a plain producer's batch, admitted while this broker
+    led the partition, waited 4 s for its object's upload; the leader moved meanwhile and the
+    client sent its next batches to the new one, which appended them. Committed at the new
+    leader after them, the first batch landed out of the order it was sent (a Kafka leader
+    appends on arrival, or fails the request when it loses leadership first). An idempotent
+    batch goes on: the leader's sequence check keeps it in order."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, MemoryObjectStore(clock=SystemClock()), partitions=1)
+        committer = Moving()
+        writer = WalWriter(
+            rig.store,
+            WalKeyAllocator("", CLUSTER, 5, rig.clock.now_ms, first_sequence=0),
+            committer,
+            None,
+            rig.metrics,
+            clock=SystemClock(),
+            buffer_max_bytes=1 << 20,
+            linger_ms=5,
+            max_inflight_bytes=64 << 20,
+        )
+        [plain, sequenced] = writer.submit(
+            [rig.append(0, batch(-1, producer_id=-1)), rig.append(0, *sequence_batches(7, 1))]
+        )
+        committer.leader = "leader 1, epoch 1"
+        await _eventually(lambda: bool(committer.pending))
+        assert [len(p) for p in committer.pending] == [1], "the plain batch is committed by the new route"
+        assert plain.done() and plain.result().error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert not sequenced.done()
+        sequenced.cancel()
+
+    run(scenario())
