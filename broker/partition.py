@@ -178,12 +178,14 @@ class Partition:
         the high watermark; below the log start offset nothing changes."""
         if offset > self.log.high_watermark or offset < 0:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log.high_watermark, "DeleteRecords offset")
-        if offset > self.log_start_offset:
-            # Recorded first (durable once anything is tiered): a stop before the local log
-            # moves is finished at open (_finish_log_start).
-            self.remote_segments.advance_log_start(offset)
-            if offset > self.log.log_start_offset:
-                self.log.delete_records_before(offset)
+        # Recorded first (durable once anything is tiered): a stop before the local log moves
+        # is finished at open (_finish_log_start). Compared with the recorded offset, not
+        # log_start_offset: that one is the local start while no tiered segment is known here
+        # (a follower whose markers are not replicated yet), and a segment below `offset` known
+        # later would then be served again.
+        self.remote_segments.advance_log_start(offset)
+        if offset > self.log.log_start_offset:
+            self.log.delete_records_before(offset)
         return self.log_start_offset
 
     def remote_retention(self) -> RemoteRetention | None:

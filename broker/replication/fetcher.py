@@ -185,7 +185,7 @@ class ReplicaFetcher:
         start = min(result.log_start_offset, partition.log.high_watermark)
         if start > partition.log.log_start_offset:  # the leader deleted records (retention, DeleteRecords)
             partition.log.delete_records_before(start)
-        if result.partition_log_start_offset > partition.log_start_offset:  # DeleteRecords, maybe in the tiered range
+        if result.partition_log_start_offset > partition.remote_segments.log_start_offset:  # DeleteRecords
             partition.delete_records_before(min(result.partition_log_start_offset, partition.log.high_watermark))
         return True
 

@@ -21,7 +21,13 @@ from broker.metadata.records import PartitionStateRecord
 from broker.metrics import BrokerMetrics
 from broker.protocol.errors import ErrorCode
 from broker.replication.fetcher import ReplicaFetcher
-from broker.replication.messages import REPLICATION_VERSION, FetchPartition, ReplicaFetchRequest, ReplicaFetchResponse
+from broker.replication.messages import (
+    REPLICATION_VERSION,
+    FetchedPartition,
+    FetchPartition,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
 from tests.unit.test_partition import open_partition
 from tests.unit.test_replication_leader_service import TOPIC_ID, Rig
 
@@ -145,6 +151,45 @@ def test_a_follower_learns_a_log_start_moved_into_the_tiered_range_and_keeps_it(
         follower.close()
         reopened = open_partition(tmp_path / "follower", rig.clock)
         assert reopened.log_start_offset == 7, "the follower forgot the log start offset on restart"
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_keeps_a_log_start_it_learnt_before_the_tiered_segment_below_it_applies(tmp_path: Path) -> None:
+    """Regression (tiered_delete_records seeds 120293, 120231): a follower learnt the leader's
+    log start (DeleteRecords) in an answer whose high watermark was still below the markers
+    of a segment tiered under it. It compared the leader's value with its own log start, then
+    its local start (nothing tiered known yet, and the local log had just moved there), so it
+    never recorded it; once the markers applied, the segment was readable again and the log
+    start fell back to its base. Elected leader before another answer, it answered EARLIEST
+    with the old start and OFFSET_OUT_OF_RANGE for the deleted offsets after that segment (a
+    reader from EARLIEST looped), and a DeleteRecords answered for it was lost."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path / "leader", isr=(0,))
+        for _ in range(6):
+            rig.append()  # offsets 0..11
+        for state in (RemoteSegmentState.COPY_SEGMENT_STARTED, RemoteSegmentState.COPY_SEGMENT_FINISHED):
+            rig.partition.append_marker(RemoteSegmentEvent(EVENT_VERSION, state, "seg-1", 0, 5, 3, 100, 1))
+        copied = await rig.fetch(0)  # offsets 0..13, the markers at 12 and 13
+        assert rig.partition.delete_records_before(8) == 8
+
+        config = load_config(overrides={"node.id": "1", "metrics.listen": None}, environ={})
+        fetcher = ReplicaFetcher(config, SimpleNamespace(brokers={}), None, BrokerMetrics(), None, SystemClock())  # type: ignore[arg-type]
+        follower = open_partition(tmp_path / "follower", rig.clock)
+        follower.make_follower(PartitionStateRecord(1, [0, 1], 0, 3, [0, 1]), 2)
+        answer = FetchedPartition(
+            str(TOPIC_ID), 0, 0, 10, 8, entries=copied.entries, partition_log_start_offset=8
+        )  # the leader's high watermark as it was when it sent these: below the markers
+        assert fetcher._apply(follower, answer)
+        assert follower.log_start_offset == 8 and not follower.remote_segments.readable
+
+        # the leader dies; the follower leads and its high watermark passes the markers
+        follower.make_leader(1, PartitionStateRecord(1, [0, 1], 1, 4, [1]), 3)
+        assert follower.log.high_watermark == 14 and follower.remote_segments.segment_for(0) is None
+        assert follower.log_start_offset == 8, "the log start fell back below what DeleteRecords deleted"
+        follower.close()
+        assert open_partition(tmp_path / "follower", rig.clock).log_start_offset == 8
 
     asyncio.run(scenario())
 
