@@ -28,6 +28,12 @@ class AzRouter:
     def brokers_in(self, az: str | None) -> list[int]:
         return [b.node_id for b in self._view.brokers.values() if b.az == az and not b.draining]
 
+    def represented_az(self, az: str | None) -> str | None:
+        """The AZ a representative names in its commits (representation_fence.py): None for
+        one no broker is in, draining or not, so a leader keeps one entry per real AZ whatever
+        AZs clients make up."""
+        return az if any(b.az == az for b in self._view.brokers.values()) else None
+
     def representative(self, topic_id: str, partition: int, leader: int, client_az: str | None) -> int:
         chosen = representative(topic_id, partition, self.brokers_in(client_az))
         return leader if chosen is None else chosen

@@ -50,6 +50,15 @@ class CommitBatch(msgspec.Struct, array_like=True, frozen=True):
     length: int
 
 
+class Representation(msgspec.Struct, array_like=True, frozen=True):
+    """The representative that took a partition's batches, for clients of `client_az` (None:
+    an AZ no broker is in), having decided so on its cluster view at `view_revision`."""
+
+    node_id: int
+    client_az: str | None
+    view_revision: int
+
+
 class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     """One partition's batches of one produce request: committed all or nothing, like Kafka."""
 
@@ -62,6 +71,9 @@ class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     # partition switched to classic after it. The default only lets a version-2 request
     # decode, to be answered UNSUPPORTED_VERSION rather than have its connection dropped.
     mode_offset: int = -1
+    # Who took the batches, for which client AZ, as of which view (representation_fence.py).
+    # None from an older representative: not checked.
+    represented_by: Representation | None = None
 
 
 class CommitRequest(msgspec.Struct, array_like=True, frozen=True, tag="commit"):
@@ -300,6 +312,9 @@ class LocalCommitter:
                 part.acks,
                 part.mode_offset,
                 verify_txn=self._verify_txn,
+                represented_by=None
+                if (by := part.represented_by) is None
+                else (by.node_id, by.client_az, by.view_revision),
             )
         except ApiError as exc:
             return failed(exc)

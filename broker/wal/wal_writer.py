@@ -70,6 +70,7 @@ from .commit import (
     CommitResult,
     Committer,
     PendingCommit,
+    Representation,
     failed,
 )
 
@@ -111,6 +112,7 @@ class PartitionAppend:
     acks: int
     batches: list[tuple[memoryview, bytes]]  # (the batch as the producer sent it, the header to commit)
     mode_offset: int  # the partition's last mode marker known here on admission (CommitPartition)
+    represented_by: Representation | None = None  # who took them, for which AZ, as of which view
 
     @property
     def size(self) -> int:
@@ -247,7 +249,14 @@ class WalWriter:
                 commit_batches.append(CommitBatch(head, where.offset, where.length))
             obj.slots.append(
                 _Slot(
-                    CommitPartition(append.topic_id, append.partition, append.acks, commit_batches, append.mode_offset),
+                    CommitPartition(
+                        append.topic_id,
+                        append.partition,
+                        append.acks,
+                        commit_batches,
+                        append.mode_offset,
+                        append.represented_by,
+                    ),
                     future,
                     append.size,
                     self._committer.route(append.topic_id, append.partition),

@@ -70,10 +70,13 @@ def test_pipelined_requests_keep_a_diskless_partitions_arrival_order(tmp_path: P
             clock=rig.clock,
             wal=rig.writer,
             node_id=0,
-            router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
+            router=SimpleNamespace(
+                client_az=lambda header: ("az1", False), representative=lambda *args: 0, represented_az=lambda az: az
+            ),
             catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
             view=SimpleNamespace(
-                partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))}
+                partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))},
+                applied_revision=1,
             ),
             replica_manager=SimpleNamespace(get=lambda name, index: classic),
         )
@@ -129,10 +132,13 @@ def test_acks_zero_waits_until_the_wal_takes_its_batches(tmp_path: Path) -> None
             clock=rig.clock,
             wal=rig.writer,
             node_id=0,
-            router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
+            router=SimpleNamespace(
+                client_az=lambda header: ("az1", False), representative=lambda *args: 0, represented_az=lambda az: az
+            ),
             catalog=SimpleNamespace(get=lambda name: topic, by_id=lambda topic_id: topic),
             view=SimpleNamespace(
-                partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))}
+                partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))},
+                applied_revision=1,
             ),
         )
         header = SimpleNamespace(api_version=9, peer="p", client_id="c")

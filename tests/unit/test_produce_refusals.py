@@ -43,10 +43,13 @@ def seam(tmp_path: Path):  # type: ignore[no-untyped-def]
         clock=rig.clock,
         wal=rig.writer,
         node_id=0,
-        router=SimpleNamespace(client_az=lambda header: ("az1", False), representative=lambda *args: 0),
+        router=SimpleNamespace(
+            client_az=lambda header: ("az1", False), representative=lambda *args: 0, represented_az=lambda az: az
+        ),
         catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
         view=SimpleNamespace(
-            partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))}
+            partitions={(str(TOPIC_ID), 0): SimpleNamespace(record=PartitionStateRecord(1, [0], 0, 0, [0]))},
+            applied_revision=1,
         ),
         replica_manager=SimpleNamespace(get=lambda name, index: classic),
     )
