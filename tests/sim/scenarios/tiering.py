@@ -74,6 +74,7 @@ from .transactions import _stable
 BROKERS = 3
 JOB_TIMEOUT_S = 20.0
 TRAFFIC_S = 25.0
+FINAL_READ_S = 200.0  # the fresh readers' time to read every partition back, from when they start
 DECIDED_S = 180.0  # after settling: every transaction decided (timeouts, marker retries)
 TOPIC = "tiered"
 KEYS = [(TOPIC, 0), (TOPIC, 1)]
@@ -316,6 +317,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
         problems += read_problems + txn_ledger.violations
         await final_cycles(built, detached)
         final = Ledger()
+        final_deadline = loop.time() + FINAL_READ_S
         for key in KEYS:  # a fresh reader from offset 0: tiered segments, then coordinates
             wanted = {s.acked_offset for s in ledger.sent.values() if s.key == key and s.acked_offset is not None}
             position = await consume(
@@ -326,7 +328,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
                 azs[-1],
                 key,
                 lambda key=key, wanted=wanted: (
-                    wanted <= final.consumed.get(key, {}).keys() or loop.time() > until_s + 200
+                    wanted <= final.consumed.get(key, {}).keys() or loop.time() > final_deadline
                 ),
             )
             sim.trace.record("audit", "%s read back to offset %d", key, position)
