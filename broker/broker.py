@@ -38,6 +38,7 @@ from .metadata import records
 from .metrics import BrokerMetrics, LoopLagMonitor, MetricsServer, offline_partitions, under_min_isr_partitions
 from .objectstore import ObjectStore
 from .objectstore.probe import store_problem
+from .partition import Partition
 from .partition_ids import TopicIdPartition, TopicPartition
 from .producer_ids import ProducerIdAllocator
 from .producers.barriers import SequenceBarriers
@@ -268,6 +269,7 @@ class Broker:
             clock=self.clock,
             metrics=self.metrics,
             new_uuid=env.new_uuid,
+            leads=self._leads,
         )
         self.wal: WalWriter  # needs the cluster id: made in start()
         self.wal_reader: WalReader
@@ -530,6 +532,16 @@ class Broker:
             return False
         holder = records.decode(current.value, records.ControllerRecord)
         return holder.node_id == self.node_id and holder.incarnation == self.membership.record.incarnation
+
+    async def _leads(self, partition: Partition) -> bool:
+        """Whether the store (read now, not the watched view) names this broker leader of the
+        partition in the epoch it leads in: the tiering litter sweep's fence before it deletes
+        files that no marker describes."""
+        current = await self.store.get(records.partition_key(partition.topic_id, partition.index))
+        if current is None:
+            return False
+        state = records.decode(current.value, records.PartitionStateRecord)
+        return state.leader == self.node_id and state.leader_epoch == partition.leader_epoch
 
     def _metadata_name(self) -> str:
         """The metadata store, as an operator finds it."""

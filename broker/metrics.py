@@ -448,7 +448,7 @@ class BrokerMetrics:
         )
         self.tiering_segments = Counter(
             "shoal_tiering_segments",
-            "Tiered segments committed or deleted by this broker as leader, by event (committed, deleted).",
+            "Tiered segments committed or deleted by this broker as leader, by event (committed, deleted, litter).",
             ["event"],
             registry=r,
         )

@@ -8,7 +8,9 @@ One cycle (every `tiering.interval.ms`, or on `shoal tiering run`):
 1. Clean up: a COPY_SEGMENT_STARTED segment that no job of this leader is working on (its job
    died, or another leader planned it), every segment wholly below the log start offset
    (DeleteRecords) and every segment past `retention.ms`/`retention.bytes` (across tiers) get
-   DELETE_SEGMENT_STARTED, their files deleted, DELETE_SEGMENT_FINISHED.
+   DELETE_SEGMENT_STARTED, their files deleted, DELETE_SEGMENT_FINISHED. Then the litter
+   sweep (litter.py) deletes files under the partition's prefix that no segment describes
+   (a deposed or dead job's late or orphaned uploads), once older than any job can run.
 2. Plan (planner.py) and append one COPY_SEGMENT_STARTED marker per range; once replicated,
    write the plan object and run the job (runner.py).
 3. Commit: for each range whose result manifest exists and matches the plan, and whose
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +40,7 @@ from broker.config import BrokerConfig
 from broker.log.markers import EVENT_VERSION, RemoteSegmentEvent, RemoteSegmentState
 from broker.log.remote_segments import RemoteSegment
 from broker.objectstore.store import MAX_DELETE_BATCH, NotFound, ObjectStore, ObjectStoreError
+from broker.tiering.litter import LitterSweeper
 from broker.tiering.planner import ReadyRange, backlog_bytes, plan_range, ready_ranges
 from broker.tiering.runner import JobOutcome, TieringJobs
 from broker.partition import Partition
@@ -99,6 +102,7 @@ class RunReport:
     planned: int = 0
     committed: int = 0
     deleted: int = 0
+    litter: int = 0  # segment ids whose files the litter sweep deleted
     failed: list[str] = field(default_factory=list)  # "topic-partition@offset: why"
     job_error: str = ""
 
@@ -114,6 +118,7 @@ class OffloadService:
         clock: Clock,
         metrics: BrokerMetrics,
         new_uuid: Callable[[], uuid.UUID],
+        leads: Callable[[Partition], Awaitable[bool]],
     ) -> None:
         self._partitions = partitions
         self._store = store
@@ -125,6 +130,8 @@ class OffloadService:
         self._new_uuid = new_uuid
         self._in_flight: set[str] = set()  # segment ids a job of this broker is working on
         self._deleting: set[str] = set()  # segment ids marked DELETE_SEGMENT_STARTED, not committed yet
+        # a job runs at most job_timeout_ms (it is killed then): twice that outlasts any upload
+        self._litter = LitterSweeper(store, cluster_id, leads, 2 * settings.job_timeout_ms, clock, metrics)
         self._lock = asyncio.Lock()  # one cycle at a time (the loop and `shoal tiering run`)
         self._task: asyncio.Task[None] | None = None
         self._triggered: asyncio.Task[RunReport] | None = None
@@ -197,6 +204,9 @@ class OffloadService:
             partitions = self.eligible(topic, index)
             for partition in partitions:
                 report.deleted += await self._clean_up(partition)
+                report.litter += await self._sweep_litter(partition)
+            if topic is None and index is None:
+                self._litter.forget_others({p.key for p in partitions})
             if partitions:
                 await self._sweep_plans()
             plan_id = str(self._new_uuid())
@@ -280,6 +290,15 @@ class OffloadService:
             deleted += 1
             self._metrics.tiering_segments.labels("deleted").inc()
         return deleted
+
+    async def _sweep_litter(self, partition: Partition) -> int:
+        """Files under the partition's prefix of segments nobody knows (litter.py): a segment
+        is known when applied, when a marker of it waits to commit, or a job of ours has it."""
+        remote = partition.remote_segments
+        known = {s.segment_id for s in remote.segments} | self._in_flight | self._deleting
+        return await self._litter.sweep(
+            partition, lambda segment_id: segment_id in known or remote.has_pending(segment_id)
+        )
 
     async def _sweep_plans(self) -> None:
         """Delete plans older than twice `tiering.job.timeout.ms`: their job is over, and

@@ -36,6 +36,10 @@ def with_retention_bytes(partition: Partition, retention_bytes: int) -> None:
     partition.update_settings(dataclasses.replace(partition.settings, log=log_settings))
 
 
+async def leads(_partition: Partition) -> bool:
+    return True
+
+
 def one_cycle(partition: Partition, store: MemoryObjectStore, clock: ManualClock) -> int:
     """One cycle of the real service over the partition; the tiered segments it deleted."""
     service = OffloadService(
@@ -47,6 +51,7 @@ def one_cycle(partition: Partition, store: MemoryObjectStore, clock: ManualClock
         clock,
         BrokerMetrics(),
         lambda: uuid.UUID(int=1),
+        leads,
     )
     report = asyncio.run(service.run_once())
     assert not report.failed and not report.job_error, report

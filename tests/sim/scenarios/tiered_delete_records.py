@@ -52,7 +52,7 @@ from ..workload import (
     read_batches,
 )
 from ..kafka import ConnectionLost
-from .tiering import BROKERS, SimJobs, check_tiered, fault_schedule
+from .tiering import BROKERS, JOB_TIMEOUT_S, SimJobs, check_tiered, fault_schedule, final_cycles
 
 TRAFFIC_S = 25.0
 DISKLESS, CLASSIC = ("tiered", 0), ("classic", 0)
@@ -269,7 +269,7 @@ async def tiered_delete_records(sim: Sim) -> dict[str, int]:
         azs=azs,
         settings={
             "tiering.interval.ms": str(interval_ms),
-            "tiering.job.timeout.ms": "20000",
+            "tiering.job.timeout.ms": str(int(JOB_TIMEOUT_S * 1000)),
             "log.retention.check.interval.ms": "500",
             "wal.linger.ms": str(rng.choice([5, 50, 250])),
             "wal.file.manager.interval.ms": "1000",
@@ -282,8 +282,9 @@ async def tiered_delete_records(sim: Sim) -> dict[str, int]:
     )
     calm = [False]
     jobs = rng.fork("jobs")
+    detached: list[asyncio.Task[Any]] = []
     built.tiering_jobs = lambda node_id, incarnation: SimJobs(
-        built, node_id, jobs.fork(f"{node_id}-{incarnation}"), calm
+        built, node_id, jobs.fork(f"{node_id}-{incarnation}"), calm, detached
     )
     with built.running():
         for node_id in range(BROKERS):
@@ -318,12 +319,7 @@ async def tiered_delete_records(sim: Sim) -> dict[str, int]:
         await settle(built, KEYS)
         calm[0] = True
         await asyncio.sleep(max(10.0, 8 * interval_ms / 1000))
-        for sim_broker in built.live():
-            await sim_broker.broker.offload.stop()
-        for _ in range(3):
-            for sim_broker in built.live():
-                await sim_broker.broker.offload.run_once()
-            await asyncio.sleep(2.0)
+        await final_cycles(built, detached)
         problems += check_log_starts(built, deletes)
         acked = 0
         for i, key in enumerate(KEYS):

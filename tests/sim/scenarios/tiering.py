@@ -4,7 +4,9 @@ duplicates and reorders nothing).
 Each seed draws a world: one AZ or three; the tiering cadence, local retention and segment
 roll time; how the tiering jobs behave (they run the real assembler, in the broker's process
 as Spark's local mode does: a job dies with its broker; some fail before doing anything,
-some die half-way leaving files without a manifest, some take long); and a schedule of
+some die half-way leaving files without a manifest, some take long; some run on a Spark
+cluster instead, outlive their broker and stall, uploading after another leader gave their
+segments up); and a schedule of
 crashes of any broker (a leader in the middle of its job), network partitions, metadata
 outages and a flaky object store; a broker is sometimes down long enough to come back below
 its leaders' local log start. Producers write a diskless topic with
@@ -29,13 +31,16 @@ tier, and:
   control batches that take their offsets), through tiered segments;
 - something was tiered, and every replica agrees on the readable tiered segments, which
   never overlap and are contiguous;
-- after two more cycles no file of an abandoned or deleted segment is left in the store.
+- once the Spark-cluster jobs ended and twice `tiering.job.timeout.ms` passed, two more
+  cycles leave no file of an abandoned or deleted segment in the store (the litter sweep).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
+from typing import Any
 
 from broker.log.markers import RemoteSegmentState
 from broker.log.remote_segments import RemoteSegments
@@ -47,6 +52,7 @@ from walfiles.keys import SegmentFile, format_tiered_segment_key
 from ..audit import settle
 from ..cluster import SimCluster
 from ..determinism import SimRandom
+from ..loop import CURRENT_NODE
 from ..metadata import MetadataFaults
 from ..network import NetFaults
 from ..objectstore import ObjectStoreFaults
@@ -66,7 +72,9 @@ from ..workload import Key, Ledger, consume, produce, produce_idempotent
 from .transactions import _stable
 
 BROKERS = 3
+JOB_TIMEOUT_S = 20.0
 TRAFFIC_S = 25.0
+FINAL_READ_S = 200.0  # the fresh readers' time to read every partition back, from when they start
 DECIDED_S = 180.0  # after settling: every transaction decided (timeouts, marker retries)
 TOPIC = "tiered"
 KEYS = [(TOPIC, 0), (TOPIC, 1)]
@@ -74,13 +82,28 @@ KEYS = [(TOPIC, 0), (TOPIC, 1)]
 
 class SimJobs:
     """One broker process's tiering jobs: the real assembler over that broker's object store,
-    run in the broker's process (a job dies with its broker, as Spark's local mode does), with
-    a job's fate drawn from the seed until the world is `calm`."""
+    with a job's fate drawn from the seed until the world is `calm`. Most run in the broker's
+    process (a job dies with its broker, as Spark's local mode does); some run on a Spark
+    cluster (`tiering.spark.submit`, cluster deploy mode): they outlive their broker's crash
+    or stop, stall now and then (an executor lost, the task retried), and so upload ranges
+    after another leader gave their segments up (the scenario waits for them in `detached`)."""
 
-    def __init__(self, cluster: SimCluster, node_id: int, rng: SimRandom, calm: list[bool]) -> None:
+    def __init__(
+        self, cluster: SimCluster, node_id: int, rng: SimRandom, calm: list[bool], detached: list[asyncio.Task[Any]]
+    ) -> None:
         self._cluster, self._node_id, self._rng, self._calm = cluster, node_id, rng, calm
+        self._detached = detached
 
     async def run(self, plan_key: str) -> JobOutcome:
+        if self._calm[0] or not self._rng.chance(0.3):
+            return await self._job(plan_key, stalls=False)
+        context = contextvars.copy_context()
+        context.run(CURRENT_NODE.set, None)  # no broker's task: a kill -9 of the broker leaves it running
+        job = asyncio.get_running_loop().create_task(self._job(plan_key, stalls=True), context=context)
+        self._detached.append(job)
+        return await asyncio.shield(job)  # the broker stopping cancels its wait, not the job
+
+    async def _job(self, plan_key: str, stalls: bool) -> JobOutcome:
         store = self._cluster.brokers[self._node_id].broker.objects
         calm = self._calm[0]
         await asyncio.sleep(self._rng.between((0.2, 4.0)))  # Spark starting
@@ -101,6 +124,8 @@ class SimJobs:
                 )
                 await store.put(key, b"half a segment")
                 return JobOutcome(False, None, "sim: the job died half-way")
+            if stalls and self._rng.chance(0.5):
+                await asyncio.sleep(self._rng.between((2.0, 15.0)))  # a lost executor, the task retried
             try:
                 await assemble_range(store, plan.cluster_id, plan.plan_id, planned)
             except Exception as exc:  # noqa: BLE001 - a store fault: that range only, as a Spark task
@@ -148,6 +173,21 @@ async def fault_schedule(cluster: SimCluster, rng: SimRandom, until_s: float) ->
             cluster.network.heal()
         elif roll < 0.6:
             cluster.metadata.unavailable_for(rng.between((0.5, 3.0)))
+
+
+async def final_cycles(cluster: SimCluster, detached: list[asyncio.Task[Any]]) -> None:
+    """The offload loops stop and the Spark-cluster jobs end; then, once what they uploaded
+    after their segments were given up is older than any job may run (twice
+    tiering.job.timeout.ms: the litter sweep's grace), cycles by hand resolve dead jobs'
+    segments and sweep the litter."""
+    for sim_broker in cluster.live():
+        await sim_broker.broker.offload.stop()
+    await asyncio.gather(*detached, return_exceptions=True)
+    await asyncio.sleep(2 * JOB_TIMEOUT_S + 1.0)
+    for _ in range(3):
+        for sim_broker in cluster.live():
+            await sim_broker.broker.offload.run_once()
+        await asyncio.sleep(2.0)  # markers replicate: the next cycle sees them applied
 
 
 def finished(remote: RemoteSegments) -> list[tuple[str, int, int]]:
@@ -205,7 +245,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
         azs=azs,
         settings={
             "tiering.interval.ms": str(interval_ms),
-            "tiering.job.timeout.ms": "20000",  # plans of dead brokers are swept after 40 s
+            "tiering.job.timeout.ms": str(int(JOB_TIMEOUT_S * 1000)),  # plans, litter swept after 40 s
             "log.retention.check.interval.ms": "500",
             "wal.linger.ms": str(rng.choice([5, 50, 250])),
             "wal.file.manager.interval.ms": "1000",
@@ -220,8 +260,9 @@ async def tiering(sim: Sim) -> dict[str, int]:
     )
     calm = [False]
     jobs = rng.fork("jobs")
+    detached: list[asyncio.Task[Any]] = []
     built.tiering_jobs = lambda node_id, incarnation: SimJobs(
-        built, node_id, jobs.fork(f"{node_id}-{incarnation}"), calm
+        built, node_id, jobs.fork(f"{node_id}-{incarnation}"), calm, detached
     )
     with built.running():
         for node_id in range(BROKERS):
@@ -274,13 +315,9 @@ async def tiering(sim: Sim) -> dict[str, int]:
             built, txn_ledger, tail, clients.fork("committed"), KEYS, loop.time() + DECIDED_S
         )
         problems += read_problems + txn_ledger.violations
-        for sim_broker in built.live():  # then cycles by hand: dead jobs' segments resolved
-            await sim_broker.broker.offload.stop()
-        for _ in range(3):
-            for sim_broker in built.live():
-                await sim_broker.broker.offload.run_once()
-            await asyncio.sleep(2.0)  # markers replicate: the next cycle sees them applied
+        await final_cycles(built, detached)
         final = Ledger()
+        final_deadline = loop.time() + FINAL_READ_S
         for key in KEYS:  # a fresh reader from offset 0: tiered segments, then coordinates
             wanted = {s.acked_offset for s in ledger.sent.values() if s.key == key and s.acked_offset is not None}
             position = await consume(
@@ -291,7 +328,7 @@ async def tiering(sim: Sim) -> dict[str, int]:
                 azs[-1],
                 key,
                 lambda key=key, wanted=wanted: (
-                    wanted <= final.consumed.get(key, {}).keys() or loop.time() > until_s + 200
+                    wanted <= final.consumed.get(key, {}).keys() or loop.time() > final_deadline
                 ),
             )
             sim.trace.record("audit", "%s read back to offset %d", key, position)
