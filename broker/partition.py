@@ -28,7 +28,7 @@ from .producers import CompletedTxn, DuplicateBatch, EndTxn, ProducerStateManage
 from .producers.snapshot import decode_snapshot_at, encode_snapshot
 from .producers.state import MAX_PERMITS
 from .producers.barriers import DEFAULT_MAX_BARRIERS, Barrier, SequenceBarriers
-from .representation_fence import RepresentationFence
+from .representation_fence import Admission, RepresentationFence
 from . import log_validator
 from .log.coordinates import WalRef, encode_ref
 from .protocol.batch import BatchHeader, parse_header
@@ -594,20 +594,20 @@ class Partition:
         acks: int,
         mode_offset: int,
         verify_txn: bool = False,
-        represented_by: tuple[int, str | None, int] | None = None,
+        admission: Admission | None = None,
     ) -> AppendOutcome:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the
         batch lives). Same producer-state checks and offset assignment as append_records.
         `mode_offset`: the last mode marker the representative knew of when it accepted them;
-        `represented_by`: (representative, client AZ, its view revision then), checked
-        against newer representatives of that AZ (representation_fence.py)."""
+        `admission`: how the representative took them, checked against newer
+        representatives of the AZ and the leader epoch (representation_fence.py)."""
         items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
         self._check_acks_for([header for header, _data in items], acks)
         self._check_mode(diskless=True)
         self._check_accepted_since(mode_offset)
-        if represented_by is not None:
+        if admission is not None:
             # Sequenced batches need no fence: the producer state keeps them in sequence order.
-            self.representation.admit(*represented_by, refuse=items[0][0].producer_id < 0)
+            self.representation.admit(admission, self.leader_epoch, refuse=items[0][0].producer_id < 0)
         return self._append(EntryKind.COORDINATES, items, verify_txn=verify_txn)
 
     def _check_accepted_since(self, mode_offset: int) -> None:

@@ -18,14 +18,30 @@ revision order, so a representative whose view is older than one that chose anot
 is the stale one, however the two views lag the store. Idempotent and transactional batches
 are recorded but never refused: their sequence numbers already keep them in order.
 
-Kept per leader epoch (a new leader starts empty; the WAL writer's route check covers
-leader changes) and bounded by the cluster's AZs: representatives name an AZ no broker is
-in as None (routing/router.py `represented_az`).
+The same goes for a batch taken in an older leader epoch than the partition's now (the
+leader moved away and back while it uploaded, or the representative's view lagged): the
+WAL writer refuses such batches itself when its view shows the change before the commit is
+sent (its route check), the leader catches the rest.
+
+Kept per leader epoch (a new leader starts empty) and bounded by the cluster's AZs:
+representatives name an AZ no broker is in as None (routing/router.py `represented_az`).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .protocol.errors import ApiError, ErrorCode
+
+
+class Admission(NamedTuple):
+    """How a representative took a partition's batches: who, for which client AZ, on which
+    cluster view revision, and the partition's leader epoch in that view."""
+
+    representative: int
+    client_az: str | None
+    view_revision: int
+    leader_epoch: int
 
 
 class RepresentationFence:
@@ -34,9 +50,17 @@ class RepresentationFence:
     def __init__(self) -> None:
         self._newest: dict[str | None, tuple[int, int]] = {}
 
-    def admit(self, node_id: int, client_az: str | None, view_revision: int, refuse: bool = True) -> None:
-        """Record the claim, or (if `refuse`) raise NOT_LEADER_OR_FOLLOWER when another
-        representative already committed for the AZ as of a newer view."""
+    def admit(self, admission: Admission, leader_epoch: int, refuse: bool = True) -> None:
+        """Record the admission, or (if `refuse`) raise NOT_LEADER_OR_FOLLOWER when it was
+        made in an older leader epoch than `leader_epoch` (the partition's now), or when
+        another representative already committed for the AZ as of a newer view."""
+        node_id, client_az, view_revision, admitted_in = admission
+        if refuse and 0 <= admitted_in < leader_epoch:
+            raise ApiError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {node_id} took these batches in leader epoch {admitted_in}, the partition is in epoch "
+                f"{leader_epoch} now: not committed, refresh metadata and retry",
+            )
         newest = self._newest.get(client_az)
         if newest is not None and view_revision < newest[0]:
             if refuse and node_id != newest[1]:

@@ -41,7 +41,7 @@ async def handle(ctx: HandlerContext, header: RequestHeader, request: ProduceReq
     acks = request.acks
     metrics = ctx.metrics
     client_az = ctx.router.client_az(header)[0]
-    represented_by: Representation | None = None  # for the leader's check (representation_fence.py)
+    represented_az = ctx.router.represented_az(client_az)  # named in commits (representation_fence.py)
     topics = []
     diskless: list[tuple[list, int, PartitionAppend]] = []  # (results list, slot in it, append)
     replicating: list[tuple[list, int, object, int]] = []  # acks=all: (results, slot, partition, end offset)
@@ -67,9 +67,10 @@ async def handle(ctx: HandlerContext, header: RequestHeader, request: ProduceReq
                     except ApiError as exc:
                         ctx.wal.refused(topic.topic_id, data.index, records, exc.code)
                         raise
-                    if represented_by is None:  # the view as it chose this broker (no await since)
-                        az = ctx.router.represented_az(client_az)
-                        represented_by = Representation(ctx.node_id, az, ctx.view.applied_revision)
+                    # The view as it chose this broker (no await since), for the leader's check
+                    represented_by = Representation(
+                        ctx.node_id, represented_az, ctx.view.applied_revision, state.record.leader_epoch
+                    )
                     prepared = prepare_diskless(records, topic.settings, ctx.clock.now_ms())
                     append = PartitionAppend(
                         topic.topic_id, data.index, acks, prepared, state.record.mode_offset, represented_by

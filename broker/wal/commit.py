@@ -28,6 +28,7 @@ from walfiles.keys import parse_wal_id
 
 from ..log.coordinates import make_ref
 from ..protocol.errors import ApiError, ErrorCode
+from ..representation_fence import Admission
 from ..wire_errors import wire_error
 from .commit_streams import CommitStream, CommitStreams
 
@@ -52,11 +53,13 @@ class CommitBatch(msgspec.Struct, array_like=True, frozen=True):
 
 class Representation(msgspec.Struct, array_like=True, frozen=True):
     """The representative that took a partition's batches, for clients of `client_az` (None:
-    an AZ no broker is in), having decided so on its cluster view at `view_revision`."""
+    an AZ no broker is in), having decided so on its cluster view at `view_revision`, where
+    the partition's leader epoch was `leader_epoch`."""
 
     node_id: int
     client_az: str | None
     view_revision: int
+    leader_epoch: int
 
 
 class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
@@ -71,7 +74,8 @@ class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     # partition switched to classic after it. The default only lets a version-2 request
     # decode, to be answered UNSUPPORTED_VERSION rather than have its connection dropped.
     mode_offset: int = -1
-    # Who took the batches, for which client AZ, as of which view (representation_fence.py).
+    # Who took the batches, for which client AZ, as of which view and leader epoch
+    # (representation_fence.py).
     # None from an older representative: not checked.
     represented_by: Representation | None = None
 
@@ -312,9 +316,7 @@ class LocalCommitter:
                 part.acks,
                 part.mode_offset,
                 verify_txn=self._verify_txn,
-                represented_by=None
-                if (by := part.represented_by) is None
-                else (by.node_id, by.client_az, by.view_revision),
+                admission=None if (by := part.represented_by) is None else Admission(*msgspec.structs.astuple(by)),
             )
         except ApiError as exc:
             return failed(exc)

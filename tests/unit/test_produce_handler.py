@@ -180,7 +180,7 @@ def test_a_disk_error_on_a_classic_partition_is_its_kafka_storage_error(tmp_path
             clock=rig.clock,
             wal=rig.writer,
             node_id=0,
-            router=SimpleNamespace(client_az=lambda header: ("az1", False)),
+            router=SimpleNamespace(client_az=lambda header: ("az1", False), represented_az=lambda az: az),
             catalog=SimpleNamespace(get=topics.get, by_id=lambda topic_id: None),
             replica_manager=SimpleNamespace(get=lambda name, index: classic),
         )
