@@ -6,8 +6,9 @@ The clients behave like Kafka's: they learn leaders from Metadata, send each bro
 request for all its partitions, pipeline requests on a connection, refresh their metadata
 on NOT_LEADER_OR_FOLLOWER and friends, and drop a connection whose request timed out.
 Producers are non-idempotent with acks=all, as librdkafka's default is: a failed batch is
-not retried (so a record appears at most once), which makes per-connection order checkable
-exactly. Consumers start at offset 0 and report OFFSET_OUT_OF_RANGE instead of resetting,
+sent again up to MAX_ATTEMPTS times, as librdkafka retries (so a record may appear once per
+ambiguous attempt), and the auditor checks per-connection order exactly over the batches
+that landed on their only attempt. Consumers start at offset 0 and report OFFSET_OUT_OF_RANGE instead of resetting,
 as `auto.offset.reset=error` does.
 """
 
