@@ -21,6 +21,8 @@ Rules, with Kafka's names:
   the leader's and it last caught up more than `lag_max_ms` ago.
 - Partition.isFollowerInSync: a non-ISR follower may join when its LEO >= HW and >= the
   start offset of the current leader epoch (so it holds everything this leader wrote).
+  Beyond Kafka: and, when it reports its log start, once that is at the leader's (so an
+  answered DeleteRecords survives its election).
 - No shrink or expand is proposed while an ISR change is pending (Kafka's isInflight).
 - Partition.lowWatermarkIfLeader: the smallest log start offset over the leader and the
   followers on live brokers (a follower reports its own with every fetch; -1 before it has):
@@ -164,16 +166,22 @@ class LeaderState:
             and now_ms - self._followers[r].last_caught_up_ms > lag_max_ms
         )
 
-    def expand_candidates(self, leader_leo: int) -> frozenset[int]:
+    def expand_candidates(self, leader_leo: int, leader_log_start_offset: int = UNKNOWN_OFFSET) -> frozenset[int]:
         """Non-ISR followers holding everything committed and everything this leader wrote
-        (LEO >= HW and >= leader_epoch_start_offset); empty while an ISR change is pending."""
+        (LEO >= HW and >= leader_epoch_start_offset), and nothing the leader deleted: a
+        follower that reports its log start must have reached `leader_log_start_offset`, or,
+        elected before it learnt of a DeleteRecords answered while it was not live, it would
+        serve the deleted records again. Empty while an ISR change is pending."""
         if self._pending_isr is not None:
             return frozenset()
         hw = self.high_watermark(leader_leo)
         return frozenset(
             r
             for r, f in self._followers.items()
-            if r not in self._isr and f.log_end_offset >= hw and f.log_end_offset >= self._leader_epoch_start_offset
+            if r not in self._isr
+            and f.log_end_offset >= hw
+            and f.log_end_offset >= self._leader_epoch_start_offset
+            and (f.log_start_offset == UNKNOWN_OFFSET or f.log_start_offset >= leader_log_start_offset)
         )
 
     def begin_isr_change(self, isr: Iterable[int]) -> None:

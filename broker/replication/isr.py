@@ -65,8 +65,15 @@ class IsrUpdater:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def maybe_expand(self, partition: "Partition", replica_id: int) -> None:
+        """Add a caught-up follower to the ISR, if its broker is registered: as Kafka's
+        controller refuses an ineligible replica (KIP-841), a broker that lost its lease is
+        no candidate, and DeleteRecords does not wait for its log start."""
         leader = partition.leader_state
-        if leader is not None and replica_id in leader.expand_candidates(partition.log.log_end_offset):
+        if (
+            leader is not None
+            and replica_id in self._view.brokers
+            and replica_id in leader.expand_candidates(partition.log.log_end_offset, partition.log_start_offset)
+        ):
             self._propose(partition, sorted(leader.isr | {replica_id}))
 
     async def _check_lag(self) -> None:

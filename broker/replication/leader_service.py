@@ -128,11 +128,11 @@ class ReplicaFetchService:
             if wanted.fetch_offset > leo:
                 raise OffsetOutOfRangeError(wanted.fetch_offset, log.log_start_offset, leo)
             assert partition.leader_state is not None
-            if partition.leader_state.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
-                partition.advance_high_watermark()
-                self._isr.maybe_expand(partition, replica_id)
             if partition.leader_state.on_follower_log_start(replica_id, wanted.log_start_offset):
                 self._waiters.notify(partition.key)  # a DeleteRecords may wait for it
+            if partition.leader_state.on_follower_fetch(replica_id, wanted.fetch_offset, leo, self._clock.now_ms()):
+                partition.advance_high_watermark()
+                self._isr.maybe_expand(partition, replica_id)  # after its log start is recorded: it counts
             entries = (
                 [(int(e.kind), e.data) for e in log.read(wanted.fetch_offset, max_bytes, leo)]
                 if wanted.fetch_offset < leo and max_bytes > 0

@@ -47,6 +47,7 @@ class View:
     def __init__(self, partition) -> None:  # type: ignore[no-untyped-def]
         self.partition = partition
         self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.brokers: dict[int, object] = {0: object(), 1: object()}  # registered brokers
 
     async def apply_put(self, kv: KeyValue) -> None:
         record = records.decode(kv.value, records.PartitionStateRecord)
@@ -90,6 +91,39 @@ def test_an_isr_expansion_with_an_unknown_outcome_keeps_the_larger_isr(tmp_path:
                 break
             await asyncio.sleep(0.002)
         assert sorted(partition.isr) == [0, 1] and partition.log.high_watermark == 4  # settled: 1 is in the ISR
+        await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_on_a_broker_that_lost_its_registration_does_not_join_the_isr(tmp_path: Path) -> None:
+    """Regression (tiered_delete_records seed 410194): a broker whose lease had lapsed kept
+    fetching and was added back to the ISR, so a DeleteRecords answered without waiting for it
+    (it was not live) was lost when it was elected. As Kafka's controller refuses an
+    ineligible replica (KIP-841), it joins once registered again."""
+
+    async def scenario() -> None:
+        clock = ManualClock(CLOCK_START)
+        store = AmbiguousStore(tmp_path / "store.json", clock, failing_reads=0)
+        partition = open_partition(tmp_path / "t-0", clock)
+        partition.topic_id = TOPIC_ID
+        partition.state_revision = 0
+        key = records.partition_key(TOPIC_ID, 0)
+        state = records.PartitionStateRecord(1, [0, 1], 0, 1, [0])
+        revision = await store.put(key, records.encode(state), expected_revision=0)
+        view = View(partition)
+        await view.apply_put(KeyValue(key, records.encode(state), revision))
+        del view.brokers[1]  # its lease lapsed; the broker runs on and fetches
+        updater = IsrUpdater(store, view, None, clock, lag_max_ms=30_000)  # type: ignore[arg-type]
+        partition.append_records(batch(0), acks=1)
+        assert partition.leader_state is not None
+        partition.leader_state.on_follower_fetch(1, 2, 2, clock.now_ms())  # it holds everything
+        updater.maybe_expand(partition, 1)
+        assert partition.leader_state.pending_isr is None and sorted(partition.isr) == [0]
+        view.brokers[1] = object()  # registered again
+        updater.maybe_expand(partition, 1)
+        assert partition.leader_state.pending_isr == {0, 1}
+        await updater.stop()
         await store.close()
 
     asyncio.run(scenario())

@@ -203,6 +203,19 @@ def test_expand_needs_leo_at_hw_and_at_the_leader_epoch_start() -> None:
     assert state.expand_candidates(100) == {3}
 
 
+def test_expand_waits_for_the_follower_to_reach_the_leaders_log_start() -> None:
+    """A DeleteRecords answered while the follower was not live did not wait for it: it joins
+    the ISR (and may be elected) only once it reports the leader's log start."""
+    state = leader(isr=(1,), hw=0)
+    state.on_follower_fetch(2, 100, 100, T0)
+    state.on_follower_log_start(2, 5)
+    assert state.expand_candidates(100, leader_log_start_offset=20) == set()
+    state.on_follower_log_start(2, 20)
+    assert state.expand_candidates(100, leader_log_start_offset=20) == {2}
+    state.on_follower_fetch(3, 100, 100, T0)  # reports no log start (an older follower): not held
+    assert state.expand_candidates(100, leader_log_start_offset=20) == {2, 3}
+
+
 def test_expand_blocked_by_leader_epoch_start_even_at_hw() -> None:
     state = leader(isr=(1, 2), hw=0, epoch_start=80)
     state.on_follower_fetch(2, 60, 100, T0)
