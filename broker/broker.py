@@ -77,6 +77,7 @@ log = logging.getLogger(__name__)
 START_RETRY_MIN_S, START_RETRY_MAX_S = 0.5, 10.0  # backoff while the metadata store is unreachable at start
 STORE_PROBE_INTERVAL_S = 10.0  # how often the object store is probed (/readyz, shoal_object_store_usable)
 CONTROLLED_SHUTDOWN_POLL_S = 0.05  # how often a controlled shutdown looks at what it still leads
+STARTUP_CATCH_UP_MS = 30_000  # how long a starting broker waits for its view to reach the store
 
 
 class ShutdownOutcome(NamedTuple):
@@ -302,6 +303,7 @@ class Broker:
         await self.env.peers.serve(self.peers.handle)
         await self.view.start()
         await self.membership.start()
+        await self._catch_up_before_taking_roles()
         self.replica_manager.start()
         await self.controller.step()  # a lone or first broker leads its partitions before serving
         self.controller.start()
@@ -329,6 +331,22 @@ class Broker:
             len(self.replica_manager.partitions),
             sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None),
         )
+
+    async def _catch_up_before_taking_roles(self) -> None:
+        """Registering can take seconds (an earlier incarnation's lease must lapse), and the
+        view listed before that may lag the store by the changes made meanwhile: a restarted
+        broker that took roles from it led partitions in epochs that had moved on and answered
+        producers from a stale producer state (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to an
+        idempotent producer: cluster seed 301749). As a KRaft broker catches up with the
+        metadata log before it is unfenced, wait until the view holds the store's latest
+        change (at most STARTUP_CATCH_UP_MS; then go on, and its watch brings the rest)."""
+        deadline = self.clock.monotonic_ms() + STARTUP_CATCH_UP_MS
+        if await self.view.catch_up(deadline, CONTROLLED_SHUTDOWN_POLL_S) is None:
+            log.warning(
+                "broker %d: cluster view did not catch up with the metadata store in %d ms; starting from it anyway",
+                self.node_id,
+                STARTUP_CATCH_UP_MS,
+            )
 
     def _not_ready(self) -> str | None:
         if not self.ready:

@@ -60,3 +60,19 @@ def test_a_seed_tells_the_same_story_in_every_process() -> None:
     digests = [line for line in forked.stdout.splitlines() if " trace " in line]
     assert len(digests) == 6 and forked.returncode == 0, forked.stdout + forked.stderr
     assert digests == [line for line in fresh.stdout.splitlines() if " trace " in line]
+
+
+# Fresh seeds that found defects after their scenario's make-test seeds passed: each one is
+# replayed here, so the defect cannot come back unnoticed (docs/testing.md, "Regression seeds").
+REGRESSION_SEEDS = [
+    ("cluster", 301749),  # a restarted broker took roles from a view that lagged the store
+    ("cluster", 301147),  # the same, on a diskless partition
+    ("tiered_delete_records", 410194),  # a broker without a lease rejoined the ISR
+]
+
+
+@pytest.mark.spread
+@pytest.mark.parametrize(("scenario", "seed"), REGRESSION_SEEDS)
+def test_regression_seeds_pass(scenario: str, seed: int) -> None:
+    result = sim_cli("--scenario", scenario, "--seeds", f"{seed}..{seed + 1}", "--jobs", "1")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
