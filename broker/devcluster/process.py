@@ -4,6 +4,7 @@ each launcher does these the same way and none can leave a process behind."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -17,21 +18,73 @@ STOP_TIMEOUT_S = 10.0
 T = TypeVar("T")
 
 
+# Listeners for child processes take ports below the kernel's ephemeral range: a port
+# picked inside it can be taken, between the probe and the child's bind, as the source
+# port of any outgoing connection on the machine (a client, a broker's RPC), and the child
+# then fails with "address already in use". Below the range only another listener can
+# take it, and each process probes its own slice of that space (by pytest-xdist worker
+# when there is one), so parallel test workers do not race each other either.
+PORT_FLOOR = 10000
+PORT_SLICES = 16
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_cursor: dict[tuple[int, int], int] = {}
+
+
+def ephemeral_port_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range for outgoing connections' source ports (Linux's default when unknown)."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def port_slice(slot: int, ephemeral_low: int, slices: int = PORT_SLICES) -> tuple[int, int]:
+    """The half-open span of listener ports for `slot` (a worker index or PID) below the
+    ephemeral range; an empty span when that range starts too low to leave room."""
+    width = (ephemeral_low - PORT_FLOOR) // slices
+    if width < 64:
+        return 0, 0
+    start = PORT_FLOOR + (slot % slices) * width
+    return start, start + width
+
+
+def _slot() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    digits = "".join(ch for ch in worker if ch.isdigit())
+    return int(digits) if digits else os.getpid()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the usual bind-to-0 trick)."""
+    """A TCP port on 127.0.0.1 that is free and outside the ephemeral range (see above)."""
     return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: every probe socket stays open until all are picked, so
-    the kernel cannot hand out the same port twice."""
+    """`count` distinct free listener ports: every probe socket stays open until all are
+    picked, so none is handed out twice. Falls back to the kernel's bind-to-0 choice when
+    the ephemeral range leaves no room below it."""
+    span = port_slice(_slot(), ephemeral_port_range()[0])
     with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
+        ports: list[int] = []
+        while len(ports) < count:
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
+            ports.append(_bind_probe(sock, span))
         return ports
+
+
+def _bind_probe(sock: socket.socket, span: tuple[int, int]) -> int:
+    start, end = span
+    for _ in range(end - start):
+        port = _cursor.get(span, start)
+        _cursor[span] = start + (port + 1 - start) % (end - start)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    sock.bind(("127.0.0.1", 0))
+    return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> T:
