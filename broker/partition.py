@@ -579,14 +579,23 @@ class Partition:
             self._replay(entry.header, entry.base_offset, entry.data)
         self.producers.on_high_watermark(self.log.high_watermark)
 
-    def append_records(self, records: memoryview, acks: int, verify_txn: bool = False) -> AppendOutcome:
+    def append_records(
+        self, records: memoryview, acks: int, verify_txn: bool = False, answer_within_s: float = 0.0
+    ) -> AppendOutcome:
         """Validate, deduplicate and append a produce request's batches for this partition.
         `verify_txn`: a client's produce, whose batches open a transaction only with the
-        coordinator's permit (KIP-890; the coordinator's own writes need none)."""
+        coordinator's permit (KIP-890; the coordinator's own writes need none).
+        `answer_within_s`: the request's timeout, how long a refusal may take to reach the
+        client (producers/barriers.py)."""
         validated = log_validator.validate(records, self.settings, self._clock.now_ms())
-        self._check_acks_for([v.header for v in validated], acks)
+        self._check_acks_for([v.header for v in validated], acks, answer_within_s)
         self._check_mode(diskless=False)
-        return self._append(EntryKind.RECORDS, [(v.header, v.data) for v in validated], verify_txn=verify_txn)
+        return self._append(
+            EntryKind.RECORDS,
+            [(v.header, v.data) for v in validated],
+            verify_txn=verify_txn,
+            answer_within_s=answer_within_s,
+        )
 
     def append_coordinates(
         self,
@@ -595,20 +604,22 @@ class Partition:
         mode_offset: int,
         verify_txn: bool = False,
         admission: Admission | None = None,
+        answer_within_s: float = 0.0,
     ) -> AppendOutcome:
         """Commit diskless batches: (61-byte header as the representative stamped it, where the
         batch lives). Same producer-state checks and offset assignment as append_records.
         `mode_offset`: the last mode marker the representative knew of when it accepted them;
         `admission`: how the representative took them, checked against newer
-        representatives of the AZ and the leader epoch (representation_fence.py)."""
+        representatives of the AZ and the leader epoch (representation_fence.py);
+        `answer_within_s`: as for append_records."""
         items = [(parse_header(head), head + encode_ref(ref)) for head, ref in batches_]
-        self._check_acks_for([header for header, _data in items], acks)
+        self._check_acks_for([header for header, _data in items], acks, answer_within_s)
         self._check_mode(diskless=True)
         self._check_accepted_since(mode_offset)
         if admission is not None:
             # Sequenced batches need no fence: the producer state keeps them in sequence order.
             self.representation.admit(admission, self.leader_epoch, refuse=items[0][0].producer_id < 0)
-        return self._append(EntryKind.COORDINATES, items, verify_txn=verify_txn)
+        return self._append(EntryKind.COORDINATES, items, verify_txn=verify_txn, answer_within_s=answer_within_s)
 
     def _check_accepted_since(self, mode_offset: int) -> None:
         """Refuse WAL batches accepted before the last switch to classic (diskless, classic,
@@ -632,7 +643,7 @@ class Partition:
         self.check_leader()
         self.producers.grant(producer_id, producer_epoch)
 
-    def _check_acks_for(self, headers: list[BatchHeader], acks: int) -> None:
+    def _check_acks_for(self, headers: list[BatchHeader], acks: int, answer_within_s: float) -> None:
         """check_acks; too few in-sync replicas or not (yet) the leader holds back the
         producers' later batches until they retry these: a later one would land once the ISR
         is back, leaving a gap, or be answered OUT_OF_ORDER_SEQUENCE_NUMBER once this broker
@@ -643,7 +654,7 @@ class Partition:
         except ApiError as exc:
             if exc.code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_LEADER_OR_FOLLOWER):
                 for header in headers:
-                    self.barriers.failed(None, header, exc.code)
+                    self.barriers.failed(None, header, exc.code, answer_within_s=answer_within_s)
             raise
 
     def check_acks(self, acks: int) -> None:
@@ -660,6 +671,7 @@ class Partition:
         items: Sequence[tuple[BatchHeader, memoryview | bytearray | bytes]],
         end_txn: EndTxn | None = None,
         verify_txn: bool = False,
+        answer_within_s: float = 0.0,
     ) -> AppendOutcome:
         """Deduplicate against producer state and append, all batches or none (as Kafka
         appends a partition's record set): if a later batch is refused or its write fails,
@@ -707,7 +719,7 @@ class Partition:
                     exc, f"{self.topic}-{self.index}: the log could not be written, nothing was appended"
                 )
                 for header, _data in items:
-                    self.barriers.failed(None, header, error.code)
+                    self.barriers.failed(None, header, error.code, answer_within_s=answer_within_s)
                 raise error from exc
             raise
         if appended:

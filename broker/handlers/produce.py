@@ -39,6 +39,7 @@ _Partition = _Topic.PartitionProduceResponse
 @api(ApiKey.PRODUCE)
 async def handle(ctx: HandlerContext, header: RequestHeader, request: ProduceRequest) -> ProduceResponse | None:
     acks = request.acks
+    answer_within_s = request.timeout_ms / 1000  # a refusal's answer may wait that long (producers/barriers.py)
     metrics = ctx.metrics
     client_az = ctx.router.client_az(header)[0]
     represented_az = ctx.router.represented_az(client_az)  # named in commits (representation_fence.py)
@@ -65,7 +66,7 @@ async def handle(ctx: HandlerContext, header: RequestHeader, request: ProduceReq
                     try:
                         state = _check_representative(ctx, topic, data.index, client_az)
                     except ApiError as exc:
-                        ctx.wal.refused(topic.topic_id, data.index, records, exc.code)
+                        ctx.wal.refused(topic.topic_id, data.index, records, exc.code, answer_within_s)
                         raise
                     # The view as it chose this broker (no await since), for the leader's check
                     represented_by = Representation(
@@ -73,14 +74,23 @@ async def handle(ctx: HandlerContext, header: RequestHeader, request: ProduceReq
                     )
                     prepared = prepare_diskless(records, topic.settings, ctx.clock.now_ms())
                     append = PartitionAppend(
-                        topic.topic_id, data.index, acks, prepared, state.record.mode_offset, represented_by
+                        topic.topic_id,
+                        data.index,
+                        acks,
+                        prepared,
+                        state.record.mode_offset,
+                        represented_by,
+                        max(request.timeout_ms, 0),
                     )
                     diskless.append((results, len(results), append))
                     results.append(None)
                     continue
                 partition = ctx.replica_manager.get(topic.name, data.index)
                 outcome = partition.append_records(
-                    records, acks, verify_txn=ctx.config.transaction_partition_verification_enable
+                    records,
+                    acks,
+                    verify_txn=ctx.config.transaction_partition_verification_enable,
+                    answer_within_s=answer_within_s,
                 )
             except ApiError as exc:
                 results.append(_error(ctx, data.index, exc.code, exc.message))

@@ -43,7 +43,15 @@ acknowledgement), will never send the failed one again.
 Bounded: at most `max_entries` barriers per representative and per partition leader
 (`producer.sequence.barriers.max`; the oldest is dropped: its producer may then see the
 out-of-sequence answer described above, as without barriers), and a barrier lapses
-MAX_AGE_S after the failure it stands for (each failure of the retry renews it). A producer
+MAX_AGE_S after the client can have heard of the failure it stands for (each failure of the
+retry renews it). That is not the failure itself: its answer waits on the connection behind
+earlier requests' acks=all waits and commits, which the client gives up on only after its
+request timeout, the one Produce carries (`timeout_ms`; cluster seed 300066 at e4005e5: a
+disk error's answer waited 35 s behind a stalled commit, the barrier lapsed after 10, the
+producer's next batch was answered OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka, bumping
+its epoch, stored two possibly-persisted messages again). So the caller says how long the
+answer may take (`answer_within_s`, capped at MAX_ANSWER_WAIT_S), and the age counts from
+there. A producer
 that retried somewhere else (its partition's leader or representative moved) and came back
 with later sequences must not be refused for ever. The batches a barrier refused failed
 too, so a lapse leaves no gap: the barrier moves to the first of them (with a new age), and
@@ -62,6 +70,7 @@ from ..protocol.errors import ErrorCode
 
 DEFAULT_MAX_BARRIERS = 10_000  # producer.sequence.barriers.max
 MAX_AGE_S = 10.0  # a client retries a failed batch within its retry backoff, after draining
+MAX_ANSWER_WAIT_S = 300.0  # librdkafka's default message.timeout.ms: no client waits longer
 HALF_SEQUENCE_SPACE = 1 << 30  # sequences wrap at 2**31: "higher" means less than half the space ahead
 
 
@@ -70,13 +79,14 @@ class Barrier:
     epoch: int
     first_sequence: int
     error: ErrorCode
-    since: float  # when the failure happened (the owner's monotonic clock, seconds)
+    since: float  # when the client can have heard of the failure (the owner's monotonic clock, seconds)
     refused: int = NO_SEQUENCE  # the first sequence it refused since: where it moves when it lapses
     # None: batches sent any way are held back. Otherwise the failed batch may be in the log
     # after all (its answer was lost, or its acks=all wait failed), and only batches sent
     # another way than it (another leader, leader epoch or commit stream) could land ahead of
     # it: those sent its way follow it in order, as on one connection.
     route: object = None
+    answer_within_s: float = 0.0  # how long its answers may take to reach the client (failed())
 
 
 class SequenceBarriers:
@@ -88,9 +98,17 @@ class SequenceBarriers:
     def __len__(self) -> int:
         return len(self._barriers)
 
-    def failed(self, partition: Hashable, header: BatchHeader, error: ErrorCode, route: object = None) -> None:
+    def failed(
+        self,
+        partition: Hashable,
+        header: BatchHeader,
+        error: ErrorCode,
+        route: object = None,
+        answer_within_s: float = 0.0,
+    ) -> None:
         """`header`'s batch failed without reaching the log, or (`route`: the way it was
-        sent) may have reached it although its answer says otherwise."""
+        sent) may have reached it although its answer says otherwise. `answer_within_s`: how
+        long the answer may take to reach the client (its request's timeout)."""
         if not sequenced(header):
             return
         key = (partition, header.producer_id)
@@ -105,8 +123,14 @@ class SequenceBarriers:
             if held.route is not None and held.route != route:  # failing another way too: hold back every way
                 self._barriers[key] = replace(self._barriers[key], route=None)
             return
+        wait_s = min(max(answer_within_s, 0.0), MAX_ANSWER_WAIT_S)
         self._barriers[key] = Barrier(
-            header.producer_epoch, header.base_sequence, error, self._monotonic(), route=route
+            header.producer_epoch,
+            header.base_sequence,
+            error,
+            self._monotonic() + wait_s,
+            route=route,
+            answer_within_s=wait_s,
         )
         self._barriers.move_to_end(key)
         while len(self._barriers) > self._max_entries:
@@ -151,7 +175,7 @@ class SequenceBarriers:
             and held.refused != NO_SEQUENCE
             and _after(held.refused, header.base_sequence)
         ):  # the batches it refused after this one are still missing
-            self._barriers[key] = Barrier(held.epoch, held.refused, held.error, self._monotonic())
+            self._barriers[key] = self._moved_to_refused(held)
             return
         del self._barriers[key]
 
@@ -167,8 +191,14 @@ class SequenceBarriers:
                 del self._barriers[key]
                 return None
             # The batches it refused failed too: hold back what follows the first of them.
-            held = self._barriers[key] = Barrier(held.epoch, held.refused, held.error, self._monotonic())
+            held = self._barriers[key] = self._moved_to_refused(held)
         return held
+
+    def _moved_to_refused(self, held: Barrier) -> Barrier:
+        """A barrier at the first batch `held` refused: those were answered with its error,
+        on connections as slow as the failed one's."""
+        wait_s = held.answer_within_s
+        return Barrier(held.epoch, held.refused, held.error, self._monotonic() + wait_s, answer_within_s=wait_s)
 
 
 def sequenced(header: BatchHeader) -> bool:

@@ -78,6 +78,9 @@ class CommitPartition(msgspec.Struct, array_like=True, frozen=True):
     # (representation_fence.py).
     # None from an older representative: not checked.
     represented_by: Representation | None = None
+    # How long the produce's answer may take to reach its client (its request's timeout):
+    # a refusal's sequence barrier counts its age from there (producers/barriers.py).
+    answer_within_ms: int = 0
 
 
 class CommitRequest(msgspec.Struct, array_like=True, frozen=True, tag="commit"):
@@ -317,6 +320,7 @@ class LocalCommitter:
                 part.mode_offset,
                 verify_txn=self._verify_txn,
                 admission=None if (by := part.represented_by) is None else Admission(*msgspec.structs.astuple(by)),
+                answer_within_s=part.answer_within_ms / 1000,
             )
         except ApiError as exc:
             return failed(exc)

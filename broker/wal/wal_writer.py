@@ -113,6 +113,7 @@ class PartitionAppend:
     batches: list[tuple[memoryview, bytes]]  # (the batch as the producer sent it, the header to commit)
     mode_offset: int  # the partition's last mode marker known here on admission (CommitPartition)
     represented_by: Representation | None = None  # who took them, for which AZ, as of which view
+    answer_within_ms: int = 0  # the request's timeout: how long a refusal may take to reach the client
 
     @property
     def size(self) -> int:
@@ -256,6 +257,7 @@ class WalWriter:
                         commit_batches,
                         append.mode_offset,
                         append.represented_by,
+                        append.answer_within_ms,
                     ),
                     future,
                     append.size,
@@ -420,14 +422,16 @@ class WalWriter:
             key = fresh
         raise AssertionError("unreachable")
 
-    def refused(self, topic_id: uuid.UUID, partition: int, records: memoryview, error: ErrorCode) -> None:
+    def refused(
+        self, topic_id: uuid.UUID, partition: int, records: memoryview, error: ErrorCode, answer_within_s: float = 0.0
+    ) -> None:
         """The produce handler refused these batches before submitting them (this broker is
         not the partition's representative for the client's AZ, as of now): if the view
         changes under the client's pipelined requests, its next batches must not land here
         ahead of the refused ones (producers/barriers.py)."""
         try:
             for _pos, header in split_batches(records):
-                self._barriers.failed((topic_id, partition), header, error)
+                self._barriers.failed((topic_id, partition), header, error, answer_within_s=answer_within_s)
         except BatchFormatError:
             return  # nothing sequenced can be told apart in a malformed request
         self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
@@ -437,7 +441,9 @@ class WalWriter:
         another way are held back): hold back its producers' later batches."""
         where = (slot.part.topic_id, slot.part.partition)
         for batch in slot.part.batches:
-            self._barriers.failed(where, parse_header(batch.header), error, route)
+            self._barriers.failed(
+                where, parse_header(batch.header), error, route, answer_within_s=slot.part.answer_within_ms / 1000
+            )
         self._metrics.producer_sequence_barriers.labels("representative").set(len(self._barriers))
 
     def _hold_back(self, obj: _OpenObject) -> list[object]:

@@ -193,6 +193,34 @@ def test_after_a_failed_write_the_producers_later_batches_wait_for_its_retry(
     assert partition.append_records(batch(6), acks=-1).base_offset == 6 and len(partition.barriers) == 0
 
 
+def test_a_refusal_holds_back_later_batches_until_the_client_can_have_read_it(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Cluster seed 300066 (at e4005e5): a disk error refused sequence 179, but its answer
+    waited 35 s on the connection behind earlier requests (acks=all, a stalled commit); the
+    producer's next batch came 10.7 s after the failure, the barrier had lapsed (10 s), and
+    OUT_OF_ORDER_SEQUENCE_NUMBER made librdkafka bump its epoch and store the possibly
+    persisted 177 and 178 again. The lapse counts from the request's timeout instead."""
+    partition = open_partition(tmp_path, clock)
+    real_append = partition.log.append
+
+    def io_error(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(5, "Input/output error")
+
+    assert partition.append_records(batch(0), acks=1, answer_within_s=30.0).base_offset == 0
+    partition.log.append = io_error  # type: ignore[method-assign]
+    with pytest.raises(ApiError) as failed:
+        partition.append_records(batch(2), acks=1, answer_within_s=30.0)
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    partition.log.append = real_append  # type: ignore[method-assign]
+    clock.advance(11_000)  # past the 10 s retry window, well within the answer's 30 s
+    with pytest.raises(ApiError) as held:
+        partition.append_records(batch(4), acks=1, answer_within_s=30.0)
+    assert held.value.code == ErrorCode.KAFKA_STORAGE_ERROR, "OUT_OF_ORDER here makes librdkafka bump and duplicate"
+    assert partition.append_records(batch(2), acks=1).base_offset == 2
+    assert partition.append_records(batch(4), acks=1).base_offset == 4
+
+
 def test_a_former_leader_drops_the_epoch_it_never_wrote_to(tmp_path: Path, clock: ManualClock) -> None:
     """Regression: a broker that led an epoch without appending (acks=all refused with
     NOT_ENOUGH_REPLICAS) kept that epoch at its log end after following again, because a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.producers.barriers import MAX_AGE_S, SequenceBarriers
+from broker.producers.barriers import MAX_AGE_S, MAX_ANSWER_WAIT_S, SequenceBarriers
 from broker.protocol.batch import parse_header
 from broker.protocol.errors import ErrorCode
 from tests.unit.test_partition import batch
@@ -77,6 +77,26 @@ def test_a_barrier_lapses_so_a_producer_that_retried_elsewhere_is_not_refused_fo
     assert barriers.check(P, header(40)) is not None
     now[0] += MAX_AGE_S
     assert barriers.check(P, header(40)) is None and len(barriers) == 0
+
+
+def test_a_barrier_lapses_only_after_its_answer_can_have_reached_the_client() -> None:
+    """Cluster seed 300066 (at e4005e5): the answer of the failure waited behind earlier
+    requests on the connection for most of the request's timeout; the 10 s count from there."""
+    now = [100.0]
+    barriers = SequenceBarriers(10, lambda: now[0])
+    barriers.failed(P, header(5), ErrorCode.KAFKA_STORAGE_ERROR, answer_within_s=30.0)
+    now[0] += 30.0 + MAX_AGE_S - 1
+    assert barriers.check(P, header(7)) is not None
+    now[0] += 2
+    held = barriers.check(P, header(8))
+    assert held is not None and held.first_sequence == 7, "7 was refused meanwhile: the barrier moves there"
+    now[0] += MAX_AGE_S + 1  # the moved barrier also waits for its refusals' answers
+    assert barriers.check(P, header(9)) is not None
+    assert barriers.check(P, header(7)) is None and len(barriers) == 0, "the retry of the first refused one lifts it"
+    # a timeout beyond any client's message timeout is capped
+    barriers.failed(P, header(20), ErrorCode.KAFKA_STORAGE_ERROR, answer_within_s=1e9)
+    now[0] += MAX_ANSWER_WAIT_S + MAX_AGE_S + 1
+    assert barriers.check(P, header(21)) is None
 
 
 def test_a_lapsing_barrier_leaves_no_gap_behind_the_batches_it_refused() -> None:
