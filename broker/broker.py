@@ -23,7 +23,8 @@ from .cluster.peer_views import wait_for_peer_views
 from .cluster.registration import Membership
 from .cluster.placement import assign_replicas
 from .cluster.view import ClusterView
-from .config import BrokerConfig, parse_host_port
+from .config import BrokerConfig, ConfigError, parse_host_port
+from .log.open_files import OpenFiles, log_file_bound
 from .datadir import DataDir
 from .wal.cache import ObjectCache
 from .wal.commit import LocalCommitter
@@ -117,8 +118,15 @@ class Broker:
         self.view = ClusterView(self.store, self.catalog, self.clock)
         self.catalog.on_states_written = self._apply_written
         self.waiters = FetchWaiters()
+        try:  # before any partition opens a file: the process's descriptor limit decides the bound
+            bound = None if config.stateless else log_file_bound(config.log_open_files_max)
+            self.open_files = OpenFiles(bound, on_reopen=self.metrics.log_file_reopens.inc)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        self.metrics.log_open_files.set_function(lambda: len(self.open_files))
+        self.metrics.log_open_files_max.set(self.open_files.limit or 0)
         self.replica_manager = ReplicaManager(
-            config, self.catalog, self.view, self.clock, self.metrics, self.waiters, env.new_uuid
+            config, self.catalog, self.view, self.clock, self.metrics, self.waiters, env.new_uuid, self.open_files
         )
         self.incarnation = env.new_uuid().hex
         self.router = AzRouter(self.view, config.az)

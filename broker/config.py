@@ -153,6 +153,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     producer_id_expiration_ms: Positive = 86400000
     producer_id_expiration_check_interval_ms: Positive = 600000
     producer_sequence_barriers_max: Positive = 10000
+    log_open_files_max: NonNegative = 0  # 0: half of RLIMIT_NOFILE (broker/log/open_files.py)
 
     def __post_init__(self) -> None:
         for key in ("listen", "advertise", "metrics.listen", "rpc.listen", "rpc.advertise"):

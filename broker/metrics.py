@@ -336,6 +336,22 @@ class BrokerMetrics:
             "the object is uploaded under a fresh key).",
             registry=r,
         )
+        self.log_open_files = Gauge(
+            "shoal_log_open_files",
+            "Segment files held open (one per segment at most), under log.open.files.max.",
+            registry=r,
+        )
+        self.log_open_files_max = Gauge(
+            "shoal_log_open_files_max",
+            "The bound on open segment files in effect (log.open.files.max, or half of RLIMIT_NOFILE).",
+            registry=r,
+        )
+        self.log_file_reopens = Counter(
+            "shoal_log_file_reopens",
+            "Segment files opened again after they were closed for log.open.files.max: a steady "
+            "rate means the bound is too tight for the partitions in use.",
+            registry=r,
+        )
         self.producer_sequence_barriers = Gauge(
             "shoal_producer_sequence_barriers",
             "Idempotent producers held back on a partition until they retry a failed batch, "

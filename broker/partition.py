@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 from .clock import Clock
 from .log import EntryKind, OffsetOutOfRangeError, PartitionLog, RemoteRetention
 from .log.markers import RemoteSegmentEvent, decode_marker, encode_marker
+from .log.open_files import OpenFiles
 from .log.modes import ModeChange, ModeEvent, ModeHistory, decode_mode_marker, encode_mode_marker
 from .log.remote_segments import RemoteSegments
 from .log.txn_index import AbortedTxn, TxnIndex
@@ -124,10 +125,13 @@ class Partition:
         on_append: Callable[["Partition"], None],
         max_barriers: int = DEFAULT_MAX_BARRIERS,
         max_permits: int = MAX_PERMITS,
+        open_files: OpenFiles | None = None,
     ) -> "Partition":
         producers = ProducerStateManager(clock, producer_expiration_ms, max_permits)
         rolled: list[Callable[[int], None]] = []
-        log_ = PartitionLog.open(directory, settings.log, clock, on_segment_roll=lambda offset: rolled[0](offset))
+        log_ = PartitionLog.open(
+            directory, settings.log, clock, on_segment_roll=lambda offset: rolled[0](offset), open_files=open_files
+        )
         partition = cls(topic, index, directory, log_, producers, settings, clock, on_append, max_barriers)
         rolled.append(partition._on_segment_roll)
         partition._rebuild_producer_state()

@@ -16,6 +16,7 @@ from typing import Awaitable, Callable
 from .clock import Clock
 from .cluster.view import ClusterView, PartitionState
 from .config import BrokerConfig
+from .log.open_files import OpenFiles
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .partition_ids import TopicIdPartition, TopicPartition
@@ -36,8 +37,10 @@ class ReplicaManager:
         metrics: BrokerMetrics,
         waiters: FetchWaiters,
         new_uuid: Callable[[], uuid.UUID],
+        open_files: OpenFiles | None = None,
     ) -> None:
         self._config = config
+        self._open_files = open_files  # the broker's bound on open segment files (log/open_files.py)
         self._new_uuid = new_uuid
         self._catalog = catalog
         self._view = view
@@ -153,6 +156,7 @@ class ReplicaManager:
             self._on_append,
             max_barriers=self._config.producer_sequence_barriers_max,
             max_permits=self._config.transaction_partition_verification_max_permits,
+            open_files=self._open_files,
         )
         partition.topic_id = str(topic.topic_id)
         partition.created_diskless = topic.born_diskless

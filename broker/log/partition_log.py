@@ -46,6 +46,7 @@ from broker.log.entry import (
     unpack_prefix,
 )
 from broker.log.index import MAX_RELATIVE_OFFSET
+from broker.log.open_files import OpenFiles
 from broker.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -149,9 +150,15 @@ class RecoveryReport:
 
 class PartitionLog:
     def __init__(
-        self, directory: Path, config: LogConfig, clock: Clock, on_segment_roll: Callable[[int], object] | None
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        on_segment_roll: Callable[[int], object] | None,
+        open_files: OpenFiles | None = None,
     ) -> None:
         self._dir = directory
+        self._files = open_files if open_files is not None else OpenFiles(None)  # shared by the broker's logs
         self._config = config
         self._clock = clock
         self._on_segment_roll = on_segment_roll
@@ -179,12 +186,18 @@ class PartitionLog:
 
     @classmethod
     def open(
-        cls, directory: Path, config: LogConfig, clock: Clock, on_segment_roll: Callable[[int], object] | None = None
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        on_segment_roll: Callable[[int], object] | None = None,
+        open_files: OpenFiles | None = None,
     ) -> "PartitionLog":
-        """Open the log in ``directory``, creating it or recovering it after any kind of stop."""
+        """Open the log in ``directory``, creating it or recovering it after any kind of stop.
+        `open_files`: the broker's bound on open segment files (open_files.py)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self = cls(directory, config, clock, on_segment_roll)
+        self = cls(directory, config, clock, on_segment_roll, open_files)
         ckpt = read_checkpoint(directory)
         self._recover(ckpt)
         return self
@@ -195,7 +208,7 @@ class PartitionLog:
         bases = self._list_segments()
         if not bases:
             base = max(ckpt.log_start_offset, ckpt.recovery_point) if ckpt else 0
-            seg = Segment.create(directory, base, now)
+            seg = Segment.create(directory, base, now, self._files)
             seg.index_interval_bytes = cfg.index_interval_bytes
             self._segments, self._bases = [seg], [base]
             self._dir_dirty = True
@@ -203,7 +216,7 @@ class PartitionLog:
             self._log_start = self._hw = base
             self._write_checkpoint()
             return
-        segs = [Segment.existing(directory, b, now) for b in bases]
+        segs = [Segment.existing(directory, b, now, self._files) for b in bases]
         for i, seg in enumerate(segs):
             seg.index_interval_bytes = cfg.index_interval_bytes
             if i + 1 < len(segs):
@@ -476,7 +489,7 @@ class PartitionLog:
         """Seal the active segment and start a new one at the log end offset (lock held)."""
         old = self._segments[-1]
         old.seal()
-        seg = Segment.create(self._dir, self._leo, self._clock.now_ms())
+        seg = Segment.create(self._dir, self._leo, self._clock.now_ms(), self._files)
         seg.index_interval_bytes = self._config.index_interval_bytes
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
@@ -711,7 +724,7 @@ class PartitionLog:
     def _truncate_fully(self, offset: int) -> None:
         for seg in self._segments:
             seg.delete_files()
-        seg = Segment.create(self._dir, offset, self._clock.now_ms())
+        seg = Segment.create(self._dir, offset, self._clock.now_ms(), self._files)
         seg.index_interval_bytes = self._config.index_interval_bytes
         self._segments, self._bases = [seg], [offset]
         self._leo = self._log_start = self._hw = offset
@@ -826,11 +839,8 @@ class PartitionLog:
                     self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
             with self._lock:
-                active = self._segments[-1]
                 for seg, size, _otail, olen, _ttail, tlen in work:
                     seg.mark_synced(size, olen, tlen)
-                    if seg is not active:
-                        seg.close_index_files()  # sealed: only reads from now on (one fd per segment)
                 if leo >= self._recovery_point and leo <= self._leo and rseg in self._bases:
                     self._recovery_point, self._recovery_segment_base, self._recovery_position = leo, rseg, rpos
                 self._last_flush_ms = self._clock.now_ms()

@@ -5,6 +5,11 @@ segment owns its file descriptors, its in-memory indexes and the per-segment sta
 needs (size, next offset, largest timestamp and where it is). It does no locking: PartitionLog
 serialises access. Sealed segments open their files and load their indexes lazily, so opening a
 log with many segments costs a directory listing and a stat per segment.
+
+A segment holds at most one descriptor, its `.log` file's, and only while the broker-wide
+bound on open files lets it (open_files.py: the least recently used is closed and opened again
+on its next use). Index files are opened only while they are written: at a flush, a rebuild
+or a truncation.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from broker.log.entry import (
     unpack_prefix,
 )
 from broker.log.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, OffsetIndex, TimeIndex
+from broker.log.open_files import OpenFiles, open_with_room
 from broker.protocol.batch import BatchHeader, parse_header
 
 log = logging.getLogger(__name__)
@@ -89,13 +95,15 @@ class Segment:
         "_time_index",
         "_fd",
         "_writable",
-        "_index_fd",
-        "_timeindex_fd",
+        "_files",
+        "_released",
         "index_interval_bytes",
         "_batch_bytes",
     )
 
-    def __init__(self, directory: Path, base_offset: int, size: int, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, size: int, created_ms: int, files: OpenFiles | None = None
+    ) -> None:
         self.base_offset = base_offset
         self.directory = directory
         self.size = size
@@ -108,10 +116,10 @@ class Segment:
         self.bytes_since_last_index = 0
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
-        self._fd: int | None = None
-        self._writable = False
-        self._index_fd: int | None = None
-        self._timeindex_fd: int | None = None
+        self._fd: int | None = None  # the .log file's, while open (open_files.py)
+        self._writable = False  # the active segment: its file opens for appending
+        self._files = files if files is not None else OpenFiles(None)
+        self._released = False  # its file was closed for the bound (reopening it is counted)
         self.index_interval_bytes = 4096  # used when indexes must be rebuilt lazily; set by the log
         self._batch_bytes: int | None = None  # sum of the batch sizes of the entries; None = not counted yet
 
@@ -130,57 +138,68 @@ class Segment:
         return self.directory / (segment_name(self.base_offset) + TIMEINDEX_SUFFIX)
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, now_ms: int) -> "Segment":
+    def create(cls, directory: Path, base_offset: int, now_ms: int, files: OpenFiles | None = None) -> "Segment":
         """A new, empty, writable segment (fails if its .log already exists)."""
-        seg = cls(directory, base_offset, 0, now_ms)
-        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        seg = cls(directory, base_offset, 0, now_ms, files)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        seg._fd = open_with_room(seg._files, seg.log_path, flags)
         seg._writable = True
-        seg._index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        seg._timeindex_fd = os.open(seg.timeindex_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg._files.opened(seg)
+        seg._cut_index_files(0, 0)
         seg._offset_index = OffsetIndex()
         seg._time_index = TimeIndex()
         seg._batch_bytes = 0
         return seg
 
     @classmethod
-    def existing(cls, directory: Path, base_offset: int, now_ms: int) -> "Segment":
-        seg = cls(directory, base_offset, 0, now_ms)
+    def existing(cls, directory: Path, base_offset: int, now_ms: int, files: OpenFiles | None = None) -> "Segment":
+        seg = cls(directory, base_offset, 0, now_ms, files)
         seg.size = seg.synced_size = seg.log_path.stat().st_size
         return seg
 
     @property
     def fd(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_RDONLY)
-        return self._fd
+        """The `.log` file's descriptor, opened (again) on first use: for appending if the
+        segment is the active one. Valid until another segment file is opened."""
+        fd = self._fd
+        if fd is not None:
+            self._files.used(self)
+            return fd
+        flags = os.O_RDWR | os.O_APPEND if self._writable else os.O_RDONLY
+        fd = self._fd = open_with_room(self._files, self.log_path, flags)
+        self._files.opened(self, reopened=self._released)
+        self._released = False
+        return fd
 
     def make_writable(self) -> None:
         if not self._writable:
-            if self._fd is not None:
-                os.close(self._fd)
-            self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            self._close_file()  # read-only: the next use opens it for appending
             self._writable = True
 
-    def _index_fds(self) -> tuple[int, int]:
-        if self._index_fd is None:
-            self._index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
-        if self._timeindex_fd is None:
-            self._timeindex_fd = os.open(self.timeindex_path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._index_fd, self._timeindex_fd
+    def release_file(self) -> None:
+        """Closed for the bound on open files (OpenFiles has already let go of it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._released = True
 
-    def close_index_files(self) -> None:
-        for name in ("_index_fd", "_timeindex_fd"):
-            fd = getattr(self, name)
-            if fd is not None:
+    def _close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._files.closed(self)
+
+    def _cut_index_files(self, offset_index_bytes: int, time_index_bytes: int) -> None:
+        """Create the index files if missing and cut them to these sizes."""
+        for path, size in ((self.index_path, offset_index_bytes), (self.timeindex_path, time_index_bytes)):
+            fd = open_with_room(self._files, path, os.O_RDWR | os.O_CREAT)
+            try:
+                os.ftruncate(fd, size)
+            finally:
                 os.close(fd)
-                setattr(self, name, None)
 
     def close(self) -> None:
-        for name in ("_fd", "_index_fd", "_timeindex_fd"):
-            fd = getattr(self, name)
-            if fd is not None:
-                os.close(fd)
-                setattr(self, name, None)
+        self._close_file()
         self._writable = False
 
     def delete_files(self) -> None:
@@ -223,9 +242,7 @@ class Segment:
     def start_empty_indexes(self) -> None:
         """Empty in-memory and on-disk indexes (before a full scan rebuilds them)."""
         self._offset_index, self._time_index = OffsetIndex(), TimeIndex()
-        ifd, tfd = self._index_fds()
-        os.ftruncate(ifd, 0)
-        os.ftruncate(tfd, 0)
+        self._cut_index_files(0, 0)
 
     def load_index_files(self) -> None:
         """Load index files as they are (whole entries only); callers trim them to what they trust."""
@@ -378,17 +395,14 @@ class Segment:
         return otail, olen, ttail, tlen
 
     def sync(self, otail: bytes, olen: int, ttail: bytes, tlen: int) -> None:
-        """Write captured index tails and fsync log and index files (runs without the log lock)."""
-        if self._fd is not None:
-            datasync(self._fd)
-        if olen >= 0 or tlen >= 0:
-            ifd, tfd = self._index_fds()
-            if olen >= 0:
-                _pwrite_all(ifd, otail, olen - len(otail))
-                datasync(ifd)
-            if tlen >= 0:
-                _pwrite_all(tfd, ttail, tlen - len(ttail))
-                datasync(tfd)
+        """Write captured index tails and fsync log and index files (runs without the log lock,
+        on a worker thread: through descriptors of its own, which the owner thread's bound on
+        open files never closes; fsync covers a file's data whichever descriptor wrote it)."""
+        _sync_file(self.log_path, os.O_RDONLY, b"", -1)
+        if olen >= 0:
+            _sync_file(self.index_path, os.O_RDWR | os.O_CREAT, otail, olen - len(otail))
+        if tlen >= 0:
+            _sync_file(self.timeindex_path, os.O_RDWR | os.O_CREAT, ttail, tlen - len(ttail))
 
     def mark_synced(self, size: int, olen: int, tlen: int) -> None:
         if self.synced_size < size <= self.size:
@@ -473,9 +487,7 @@ class Segment:
         oidx, tidx = self.offset_index, self.time_index
         oidx.truncate_entries(oidx.valid_prefix(position, offset - self.base_offset))
         tidx.truncate_entries(tidx.valid_prefix(offset - self.base_offset))
-        ifd, tfd = self._index_fds()
-        os.ftruncate(ifd, oidx.written)
-        os.ftruncate(tfd, tidx.written)
+        self._cut_index_files(oidx.written, tidx.written)
 
     def truncate_log(self, position: int) -> None:
         """Cut the .log file at ``position`` and fsync, so cut entries cannot come back."""
@@ -539,6 +551,18 @@ class Segment:
         else:
             self.size = pos
         return ScanResult(scanned_bytes=pos - position, truncated_bytes=truncated, corrupt=corrupt)
+
+
+def _sync_file(path: Path, flags: int, tail: bytes, position: int) -> None:
+    """Write `tail` at `position` (unless negative) and fdatasync, through a descriptor opened
+    for the moment."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        if position >= 0:
+            _pwrite_all(fd, tail, position)
+        datasync(fd)
+    finally:
+        os.close(fd)
 
 
 def _pwrite_all(fd: int, data: bytes, position: int) -> None:
