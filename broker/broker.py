@@ -312,7 +312,7 @@ class Broker:
         await self.view.start()
         await self.membership.start()
         await self._catch_up_before_taking_roles()
-        self.replica_manager.start()
+        await self.replica_manager.start()
         await self.controller.step()  # a lone or first broker leads its partitions before serving
         self.controller.start()
         self.isr.start()

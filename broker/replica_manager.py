@@ -24,6 +24,8 @@ from .protocol.errors import ApiError, ErrorCode
 from .topics import Topic, TopicCatalog
 from .waiters import FetchWaiters
 
+START_SLICE_S = 0.05  # the longest the opening of hosted partitions holds the event loop at start
+
 log = logging.getLogger(__name__)
 
 
@@ -67,12 +69,13 @@ class ReplicaManager:
         """Told after a hosted partition became leader or follower (or changed epoch)."""
         self._role_listeners.append(listener)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self._dir is not None:
             self._dir.mkdir(parents=True, exist_ok=True)
         self._started = True
-        for pid, state in list(self._view.partitions.items()):
-            self._on_partition_state(pid, state)
+        await self._open_hosted()
+        if not self._started:
+            return  # stopped while opening
         self._loaded = True
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -83,7 +86,23 @@ class ReplicaManager:
             ),
         ]
 
+    async def _open_hosted(self) -> None:
+        """Open every replica the view gives this broker, handing the event loop back every
+        START_SLICE_S of work: a broker with thousands of partitions takes seconds to open
+        them, and meanwhile its lease keep-alives, the metadata watch (which opens and moves
+        partitions itself) and the metrics listener must go on (issue 28: a broker whose opens
+        outlasted its 6 s lease exited with LeaseExpired and could not start again)."""
+        slice_started = self._clock.monotonic()
+        for pid in list(self._view.partitions):
+            if not self._started:
+                return
+            self._on_partition_state(pid, self._view.partitions.get(pid))  # the newest state, not the listed one
+            if self._clock.monotonic() - slice_started >= START_SLICE_S:
+                await self._clock.sleep(0)
+                slice_started = self._clock.monotonic()
+
     async def stop(self) -> None:
+        self._started = False
         self._loaded = False
         for task in self._tasks:
             task.cancel()

@@ -25,7 +25,7 @@ async def start_core(data_dir: Path, clock: ManualClock, **overrides: str) -> Br
     broker.cluster_id = "test"
     await broker.view.start()
     await broker.membership.start()
-    broker.replica_manager.start()
+    await broker.replica_manager.start()
     await broker.controller.step()
     await broker.groups.start()
     return broker
