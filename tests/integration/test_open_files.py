@@ -52,7 +52,7 @@ def test_partitions_beyond_the_descriptor_limit_keep_working(broker_factory) -> 
     assert open_descriptors(broker) < NOFILE
     # kill -9 and start: every partition is recovered and opened again within the limit, and the
     # lease is kept meanwhile (a graceful stop of this many partitions takes over 10 s here)
-    broker.restart(graceful=False)
+    broker.restart(graceful=False, timeout_s=120)
     for topic, recs in sent.items():
         assert_same_records(recs, consume_confluent(broker.bootstrap, topic, PARTITIONS, len(recs)))
     assert open_descriptors(broker) < NOFILE
