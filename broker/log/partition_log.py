@@ -820,6 +820,12 @@ class PartitionLog:
         Safe to call from a worker thread while the owner thread appends: it syncs what existed
         when it started, and the recovery point moves only that far.
         """
+        self._flush(closing=False)
+
+    def _flush(self, closing: bool) -> None:
+        """flush(); `closing`: close() has refused changes since before it started, so the
+        checkpoint it writes is the clean-shutdown one, and no flush after it writes another
+        (one checkpoint write, two fsyncs, per partition at a broker's stop, not two)."""
         with self._flush_lock:
             with self._lock:
                 if self._closed:
@@ -844,7 +850,9 @@ class PartitionLog:
                 if leo >= self._recovery_point and leo <= self._leo and rseg in self._bases:
                     self._recovery_point, self._recovery_segment_base, self._recovery_position = leo, rseg, rpos
                 self._last_flush_ms = self._clock.now_ms()
-            self._write_checkpoint()
+                if closing:
+                    self._closed = True  # no flush after this one: its checkpoint is the last
+            self._write_checkpoint(clean_shutdown=closing)
 
     def checkpoint(self) -> None:
         """Persist log start offset, high watermark and recovery point (atomic replace)."""
@@ -876,10 +884,7 @@ class PartitionLog:
                 return
             self._closing = True
             self._segments[-1].seal()  # last time-index entry = largest timestamp, as for sealed segments
-        self.flush()
-        with self._flush_lock, self._lock:
-            self._closed = True
-        self._write_checkpoint(clean_shutdown=True)
+        self._flush(closing=True)
         with self._lock:
             for seg in self._segments:
                 seg.close()
