@@ -1,7 +1,8 @@
-"""`local:` metadata: the embedded single-broker store, one file under the data dir.
+"""`local:` metadata: the embedded single-broker store, under the data dir.
 
-Metadata changes are rare (topic create/delete, config changes, producer-id blocks), so
-each mutation rewrites the whole file atomically (write, fsync, rename, fsync dir).
+Each change is appended to a journal and fdatasynced before it is acknowledged; the journal
+is folded into a snapshot once it outgrows it (store_files.py), so a change costs a write in
+proportion to itself, not to the whole state (a partition's leader and ISR are a key each).
 With `path=None` nothing is persisted: an in-memory store for simulations and unit tests
 (it stands for etcd there, which outlives any broker, so it needs no file).
 
@@ -27,9 +28,6 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
-from ..atomic_write import write_atomically
 from ..clock import Clock
 from .store import (
     EventType,
@@ -45,16 +43,10 @@ from .store import (
     check_ttl,
     check_txn,
 )
+from .store_files import StoreFiles
 
-FORMAT_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 10_000
 DEFAULT_LEASE_CHECK_INTERVAL_S = 0.1
-
-
-class _StoreFile(msgspec.Struct):
-    version: int
-    revision: int
-    entries: dict[str, KeyValue]
 
 
 @dataclass
@@ -75,7 +67,6 @@ class LocalMetadataStore:
     ) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be >= 1")
-        self._path = path
         self._clock = clock
         self._revision = 0
         self._entries: dict[str, KeyValue] = {}
@@ -89,22 +80,16 @@ class LocalMetadataStore:
         self._sweeper: asyncio.Task[None] | None = None
         self._lease_check_interval_s = lease_check_interval_s
         self._closed = False
-        if path is not None and path.exists():
-            data = msgspec.json.decode(path.read_bytes(), type=_StoreFile)
-            if data.version != FORMAT_VERSION:
-                raise ValueError(
-                    f"{path}: metadata format version {data.version} is not supported "
-                    f"(this broker reads version {FORMAT_VERSION})"
-                )
-            self._revision, self._entries = data.revision, data.entries
+        self._unpersisted: list[WatchEvent] = []  # this revision's changes, for the journal
+        self._files = None if path is None else StoreFiles(path)
+        if self._files is not None:
+            self._revision, self._entries = self._files.load()
             orphans = sorted(key for key, kv in self._entries.items() if kv.lease)
             if orphans:  # leases of a previous run: nobody can keep them alive
                 self._revision += 1
                 for key in orphans:
                     del self._entries[key]
-                self._persist()
-        elif path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+                self._files.append(self._revision, [], orphans, self._entries)
         # All events with a revision >= this one are in _history.
         self._history_start_revision = self._revision + 1
 
@@ -251,6 +236,8 @@ class LocalMetadataStore:
             except asyncio.CancelledError:
                 pass
             self._sweeper = None
+        if self._files is not None:
+            self._files.close()
         self._notify()  # open watches end
 
     # -- internals ---------------------------------------------------------------------
@@ -315,6 +302,7 @@ class LocalMetadataStore:
         self._notify()
 
     def _record(self, event: WatchEvent) -> None:
+        self._unpersisted.append(event)
         self._history.append(event)
         if len(self._history) > self._history_limit:
             dropped = self._history.popleft()
@@ -331,9 +319,16 @@ class LocalMetadataStore:
             self.expire_leases()
 
     def _persist(self) -> None:
-        if self._path is None:
+        """Make the current revision's changes durable (before they are acknowledged)."""
+        events, self._unpersisted = self._unpersisted, []
+        if self._files is None or not events:
             return
-        write_atomically(self._path, msgspec.json.encode(_StoreFile(FORMAT_VERSION, self._revision, self._entries)))
+        latest: dict[str, KeyValue | None] = {}  # each key's last change in this revision
+        for event in events:
+            latest[event.kv.key] = event.kv if event.type == EventType.PUT else None
+        puts = [kv for kv in latest.values() if kv is not None]
+        deletes = [key for key, kv in latest.items() if kv is None]
+        self._files.append(self._revision, puts, deletes, self._entries)
 
 
 class _LocalWatch:
