@@ -172,7 +172,7 @@ class SimCluster:
                 clock=self.sim.clock,
                 random=self.sim.fork(f"broker-{node_id}-{node.incarnation}"),
                 metadata=SharedMetadata(self.metadata),  # type: ignore[arg-type]
-                objects=SharedObjects(self.objects.store),  # type: ignore[arg-type]
+                objects=SharedObjects(self.objects.new_client()),  # type: ignore[arg-type]
                 peers=SimPeers(self.network, node_id),
                 tiering_jobs=self.tiering_jobs(node_id, node.incarnation) if self.tiering_jobs else None,
             )

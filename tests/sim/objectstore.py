@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from broker.clock import Clock
@@ -231,11 +231,17 @@ class FaultyObjectStore:
 @dataclass
 class SimObjectStore:
     """The three layers a simulation holds: `store` for the broker (retries over faults),
-    `faulty` for the scenario's controls, `memory` for the auditor's ground truth."""
+    `faulty` for the scenario's controls, `memory` for the auditor's ground truth.
+    `new_client()` is another retry layer over the same faults and objects, as each broker
+    process has its own client: its concurrency slots die with the process. One client shared
+    by every broker incarnation kept the slots of requests a crash froze (a killed process's
+    tasks never run again), and once they were all held, every broker's requests waited for
+    ever (`tiering` seed 680030: a killed broker's tiering job held them)."""
 
     store: RetryingObjectStore
     faulty: FaultyObjectStore
     memory: MemoryObjectStore
+    new_client: Callable[[], RetryingObjectStore]
 
 
 def build_object_store(
@@ -253,12 +259,15 @@ def build_object_store(
     memory = MemoryObjectStore(clock=clock)
     faulty = FaultyObjectStore(memory, rng.fork("faults"), trace, faults=faults, name=name)
     policy = RetryPolicy(max_attempts=max_attempts, random=rng.fork("retry").random, sleep=asyncio.sleep)
-    store = RetryingObjectStore(
-        faulty,
-        policy,
-        clock=clock,
-        attempt_timeout_s=request_timeout_s,
-        max_concurrency=DEFAULT_MAX_CONCURRENCY,
-        name="sim",
-    )
-    return SimObjectStore(store, faulty, memory)
+
+    def new_client() -> RetryingObjectStore:  # one retry policy (one jitter stream) for all
+        return RetryingObjectStore(
+            faulty,
+            policy,
+            clock=clock,
+            attempt_timeout_s=request_timeout_s,
+            max_concurrency=DEFAULT_MAX_CONCURRENCY,
+            name="sim",
+        )
+
+    return SimObjectStore(new_client(), faulty, memory, new_client)

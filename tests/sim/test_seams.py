@@ -20,10 +20,12 @@ from broker.objectstore import (
     RetryingObjectStore,
     RetryPolicy,
 )
+from broker.objectstore.store import DEFAULT_MAX_CONCURRENCY
 from broker.peer_service import PeerRequest, PeerResponse
 from broker.rpc import RpcError, RpcRemoteError, RpcTimeout, RpcUnavailable
 from tests.sim.metadata import MetadataFaults, build_metadata_store
 from tests.sim.network import NetFaults, SimNetwork
+from tests.sim.nodes import crash, new_node, spawn
 from tests.sim.objectstore import FaultyObjectStore, ObjectStoreFaults, build_object_store
 from tests.sim.runner import Sim, run
 from tests.sim.support import Ping, Pong
@@ -86,6 +88,28 @@ def test_object_store_stall_resume_and_the_retry_layer_timing_out() -> None:
         assert not waiting.done() and objects.faulty.stalled
         await waiting
         assert loop.time() == 10.0 and objects.memory.keys() == ["k"]
+
+    simulate(main)
+
+
+def test_a_crashed_brokers_frozen_requests_hold_no_other_brokers_store_slots() -> None:
+    """`tiering` seed 680030: a killed broker's tiering job froze inside 64 requests to a
+    stalled store; with one client shared by every broker those were all the concurrency
+    slots there are, and after the store resumed no broker's request ever ran again. Each
+    broker process has a client of its own, as a real one does."""
+
+    async def main(sim: Sim) -> None:
+        objects = build_object_store(sim.fork("os"), sim.trace, sim.clock, faults=ObjectStoreFaults.none())
+        objects.faulty.stall()
+        dying, living = new_node(sim.loop, 1), new_node(sim.loop, 2)
+        dying_client, living_client = objects.new_client(), objects.new_client()
+        for i in range(DEFAULT_MAX_CONCURRENCY):
+            spawn(dying, dying_client.put(f"frozen-{i}", b"v"))
+        await asyncio.sleep(0.1)
+        crash(sim.loop, dying)
+        objects.faulty.resume()
+        await asyncio.wait_for(spawn(living, living_client.put("k", b"v")), 5.0)
+        assert "k" in objects.memory.keys()
 
     simulate(main)
 
