@@ -247,8 +247,12 @@ class OffloadService:
         ]
         doomed = [(s, "abandoned") for s in abandoned] + [(s, "below the log start") for s in remote.below_log_start()]
         for segment, why in doomed + [(s, "expired") for s in self._expired(partition)]:
-            if segment.segment_id in self._deleting:
-                continue  # marked in an earlier cycle, not committed yet
+            if segment.segment_id in self._deleting and (
+                remote.has_pending(segment.segment_id) or segment.state == RemoteSegmentState.DELETE_SEGMENT_STARTED
+            ):
+                continue  # marked in an earlier cycle: the mark waits to commit, or has committed
+            # (otherwise the mark was lost with an unreplicated tail when leadership moved:
+            # make it again, or the segment stays COPY_SEGMENT_STARTED for ever; tiering seed 690260)
             try:
                 log.info(
                     "%s-%d: deleting tiered segment %s [%d, %d] (%s)",

@@ -188,3 +188,37 @@ def test_the_sweep_lists_one_page_per_cycle_and_one_pass_per_grace(tmp_path: Pat
         assert store.tiered_lists == 3
 
     asyncio.run(main())
+
+
+def test_a_deletion_mark_lost_to_a_truncation_is_made_again(tmp_path: Path) -> None:
+    """Tiering seed 690260 (at 03b32e8): a leader marked an abandoned segment
+    DELETE_SEGMENT_STARTED and remembered it as being deleted; the mark was lost with its
+    unreplicated tail when leadership moved, and when the broker led again it skipped the
+    segment as "marked in an earlier cycle" for ever: it stayed COPY_SEGMENT_STARTED. Here the
+    mark is lost the same way, as the service sees it: appended, then neither pending nor
+    applied."""
+
+    async def main() -> None:
+        clock = ManualClock(CLOCK_START)
+        store = HeldStore(clock)
+        partition = tiered_partition(tmp_path, clock)
+        old = service(partition, store, clock, 0)
+        cycle = asyncio.get_running_loop().create_task(old.run_once())
+        await store.waiting.wait()
+        abandoned = {s.segment_id for s in partition.remote_segments.segments}
+        assert abandoned, "epoch 0 planned nothing"
+        store.held = abandoned  # only epoch 0's job stays held up
+        lead(partition, epoch=1)
+        new = service(partition, store, clock, 1)
+        real_mark = new._mark
+        new._mark = lambda *args: None  # type: ignore[method-assign]  # appended, then truncated away
+        await new.run_once()
+        new._mark = real_mark  # type: ignore[method-assign]
+        assert abandoned <= {s.segment_id for s in partition.remote_segments.segments}, "still STARTED"
+        report = await new.run_once()
+        assert report.deleted == len(abandoned), report
+        assert not abandoned & {s.segment_id for s in partition.remote_segments.segments}
+        cycle.cancel()
+        await asyncio.gather(cycle, return_exceptions=True)
+
+    asyncio.run(main())
