@@ -137,7 +137,9 @@ def test_sigterm_moves_leadership_before_the_listener_closes(cluster: DevCluster
             after_close = {
                 peer.node_id: metadata_leaders(conn, version, az) for peer, conn in zip(peers, (first, second))
             }
-        code = stopping.wait_exit(10)
+        # How soon it exits is not what this test checks, and a stop can wait seconds for its
+        # last WAL commits (11 s once on a quiet 2-core run, with traffic up to the SIGTERM).
+        code = stopping.wait_exit(60)
         log = stopping.log_path.read_text()
         assert code == 0, f"exit code {code}\n{stopping.tail()}"
         stale = {
