@@ -17,6 +17,7 @@ from .clock import Clock
 from .cluster.view import ClusterView, PartitionState
 from .config import BrokerConfig
 from .log.open_files import OpenFiles
+from .loop_slices import LoopSlices
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .partition_ids import TopicIdPartition, TopicPartition
@@ -24,7 +25,6 @@ from .protocol.errors import ApiError, ErrorCode
 from .topics import Topic, TopicCatalog
 from .waiters import FetchWaiters
 
-START_SLICE_S = 0.05  # the longest the opening of hosted partitions holds the event loop at start
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +88,16 @@ class ReplicaManager:
 
     async def _open_hosted(self) -> None:
         """Open every replica the view gives this broker, handing the event loop back every
-        START_SLICE_S of work: a broker with thousands of partitions takes seconds to open
+        loop_slices.SLICE_S of work: a broker with thousands of partitions takes seconds to open
         them, and meanwhile its lease keep-alives, the metadata watch (which opens and moves
         partitions itself) and the metrics listener must go on (issue 28: a broker whose opens
         outlasted its 6 s lease exited with LeaseExpired and could not start again)."""
-        slice_started = self._clock.monotonic()
+        slices = LoopSlices(self._clock)
         for pid in list(self._view.partitions):
             if not self._started:
                 return
             self._on_partition_state(pid, self._view.partitions.get(pid))  # the newest state, not the listed one
-            if self._clock.monotonic() - slice_started >= START_SLICE_S:
-                await self._clock.sleep(0)
-                slice_started = self._clock.monotonic()
+            await slices.pause_if_due()
 
     async def stop(self) -> None:
         self._started = False

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ..loop_slices import LoopSlices
 from ..metadata import KeyValue, MetadataError
 from .status import recorded_mode
 from ..metadata import records
@@ -110,7 +111,9 @@ class ModeSwitcher:
         barriers = permits = 0
         rows: dict[tuple[str, str], tuple[float, ...]] = {}
         now_ms = self._clock.now_ms()
+        slices = LoopSlices(self._clock)
         for partition in list(self._replicas.partitions.values()):
+            await slices.pause_if_due()
             topic = self._catalog.get(partition.topic)
             if partition.leader_state is None or topic is None:
                 continue

@@ -1,5 +1,5 @@
 """Issue 28, item 2 (in part): opening the hosted partitions at start hands the event loop
-back every START_SLICE_S, so a broker with thousands of them keeps its lease (it exited with
+back every loop_slices.SLICE_S, so a broker with thousands of them keeps its lease (it exited with
 LeaseExpired when the opens outlasted its 6 s lease) and serves its metadata watch meanwhile."""
 
 from __future__ import annotations
