@@ -8,7 +8,8 @@ interval as a safety net): dead brokers leave the ISR, dead leaders are replaced
 short) get one, and every `leader.imbalance.check.interval.seconds` leadership moves back
 to preferred replicas. Every write is a compare-and-set on the partition state's revision,
 so a concurrent ISR change by a leader, or a deposed controller, can never overwrite a newer
-decision.
+decision. One pass's decisions go to the store in transactions of up to 128 writes (etcd's
+default --max-txn-ops): a broker's death is a few round trips, not one per partition.
 
 Controlled shutdown: a broker whose registration says `draining` is live but no leader
 candidate; reconciling moves its leaderships to other in-sync replicas (elections.py) and
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..metadata import KeyValue, MetadataError, RevisionConflict
 from ..metadata import records
+from ..metadata.store import MAX_REQUEST_BYTES, MAX_TXN_OPS
 from . import elections
 from ..partition_ids import TopicIdPartition
+from ..loop_slices import LoopSlices
 from .placement import assign_replicas
 
 if TYPE_CHECKING:
@@ -178,7 +182,13 @@ class Controller:
         await self._create_missing_states(live - draining or live)
         # the topic's unclean.leader.election.enable, else this broker's (its synonym)
         unclean = {str(t.topic_id) for t in self._catalog.all() if t.settings.unclean_leader_election}
-        for pid, state in list(self._view.partitions.items()):
+        decisions: list[Decision] = []
+        slices = LoopSlices(self._clock)
+        for pid in list(self._view.partitions):
+            await slices.pause_if_due()
+            state = self._view.partitions.get(pid)  # the newest: the pass may have yielded
+            if state is None:
+                continue
             new = elections.reconcile(state.record, live, pid.topic_id in unclean, draining)
             if new is not None:
                 if new.leader != state.record.leader:
@@ -190,23 +200,27 @@ class Controller:
                         new.leader_epoch,
                         new.isr,
                     )
-                await self._write(pid, new, state.revision)
+                decisions.append((pid, new, state.revision))
+        await self._write_all(decisions)
         now = self._clock.monotonic_ms()
         if (
             self._config.auto_leader_rebalance_enable
             and now - self._last_rebalance_ms >= self._config.leader_imbalance_check_interval_seconds * 1000
         ):
             self._last_rebalance_ms = now
+            decisions = []
             for pid, state in list(self._view.partitions.items()):
                 new = elections.preferred_leader(state.record, live, draining)
                 if new is not None:
                     log.info(
                         "partition %s/%d: preferred leader %d takes over (epoch %d)", *pid, new.leader, new.leader_epoch
                     )
-                    await self._write(pid, new, state.revision)
+                    decisions.append((pid, new, state.revision))
+            await self._write_all(decisions)
 
     async def _create_missing_states(self, live: set[int]) -> None:
         brokers = [(b.node_id, b.az) for b in self._view.brokers.values() if b.node_id in live]
+        decisions: list[Decision] = []
         for topic in self._catalog.all():
             missing = [
                 i
@@ -219,12 +233,46 @@ class Controller:
             assignment = assign_replicas(missing, factor, brokers, start=self._random.randrange(len(brokers)))
             for index, replicas in assignment.items():
                 record = records.PartitionStateRecord(records.RECORD_VERSION, replicas, replicas[0], 0, replicas)
-                await self._write(TopicIdPartition.of(topic.topic_id, index), record, 0)
+                decisions.append((TopicIdPartition.of(topic.topic_id, index), record, 0))
+        await self._write_all(decisions)
+
+    async def _write_all(self, decisions: list[Decision]) -> None:
+        """Write decisions in as few store transactions as etcd's limits allow: a broker's
+        death changes every partition it led or followed, and one compare-and-set round
+        trip each made the last of a thousand wait over a minute for its new leader."""
+        for batch in write_batches(decisions):
+            await self._write_batch(batch)
+
+    async def _write_batch(self, batch: list[Decision]) -> None:
+        """One transaction, every write a compare-and-set. A conflict (a leader changed its
+        ISR meanwhile, or the view lags) fails the whole transaction, so the batch is split
+        in halves until the conflicting partition is written alone and looked at again."""
+        if len(batch) == 1:
+            await self._write(*batch[0])
+            return
+        writes = {records.partition_key(*pid): (pid, record, revision) for pid, record, revision in batch}
+        values = {key: records.encode(record) for key, (_pid, record, _rev) in writes.items()}
+        try:
+            new_revision = await self._store.txn(
+                {key: revision for key, (_pid, _record, revision) in writes.items()}, puts=values
+            )
+        except RevisionConflict:
+            half = len(batch) // 2
+            await self._write_batch(batch[:half])
+            await self._write_batch(batch[half:])
+            return
+        for key, (pid, record, _revision) in writes.items():
+            self._observe(pid, record)
+            await self._view.apply_put(KeyValue(key, values[key], new_revision))
+
+    def _observe(self, pid: TopicIdPartition, record: records.PartitionStateRecord) -> None:
+        if self.metrics is not None:
+            before = self._view.partitions.get(pid)
+            self.metrics.observe_leader_assignment(before.record if before is not None else None, record)
 
     async def _write(self, pid: TopicIdPartition, record: records.PartitionStateRecord, revision: int) -> None:
         key = records.partition_key(*pid)
         value = records.encode(record)
-        before = self._view.partitions.get(pid)
         try:
             new_revision = await self._store.put(key, value, expected_revision=revision)
         except RevisionConflict:
@@ -237,6 +285,26 @@ class Controller:
                 await self._view.apply_put(current)
             self.wake()
             return
-        if self.metrics is not None:
-            self.metrics.observe_leader_assignment(before.record if before is not None else None, record)
+        self._observe(pid, record)
         await self._view.apply_put(KeyValue(key, value, new_revision))
+
+
+# (partition, the state to write, the revision it must still have; 0 = absent)
+Decision = tuple[TopicIdPartition, records.PartitionStateRecord, int]
+
+
+def write_batches(decisions: list[Decision]) -> Iterator[list[Decision]]:
+    """Consecutive runs of decisions that fit one store transaction (MAX_TXN_OPS writes,
+    MAX_REQUEST_BYTES of keys and values)."""
+    batch: list[Decision] = []
+    size = 0
+    for decision in decisions:
+        pid, record, _revision = decision
+        nbytes = len(records.partition_key(*pid)) + len(records.encode(record))
+        if batch and (len(batch) == MAX_TXN_OPS or size + nbytes > MAX_REQUEST_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(decision)
+        size += nbytes
+    if batch:
+        yield batch
