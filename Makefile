@@ -92,6 +92,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.untuned --only kafka-python --records 50000
 	$(BIN)/python -m tests.bench.cluster
 	$(BIN)/python -m tests.bench.partitions
+	$(BIN)/python -m tests.bench.failover_scale
 	$(BIN)/python -m tests.bench.az
 	$(BIN)/python -m tests.bench.walgc
 	$(BIN)/python -m tests.bench.tiering

@@ -44,6 +44,9 @@ class ClusterView:
         self.brokers: dict[int, records.BrokerRecord] = {}
         self.controller_id = -1
         self.partitions: dict[TopicIdPartition, PartitionState] = {}
+        # topic id -> index -> state, the same states by topic: a full Metadata answer looks
+        # up every topic's, and scanning every partition for each made it quadratic
+        self._by_topic: dict[str, dict[int, PartitionState]] = {}
         self._keys: set[str] = set()  # every key applied, for the diff after a re-list
         self._on_brokers: list[Callable[[], Any]] = []
         self._on_partition: list[Callable[[TopicIdPartition, PartitionState | None], Any]] = []
@@ -69,7 +72,7 @@ class ClusterView:
         return set(self.brokers)
 
     def partitions_of(self, topic_id: str) -> dict[int, PartitionState]:
-        return {index: state for (tid, index), state in self.partitions.items() if tid == topic_id}
+        return dict(self._by_topic.get(topic_id, {}))
 
     def leadership_changed_at(self, node_id: int) -> int:
         """The revision of the latest partition state applied here that made `node_id` a
@@ -154,6 +157,7 @@ class ClusterView:
             state = PartitionState(records.decode(kv.value, records.PartitionStateRecord), kv.revision)
             pid = records.parse_partition_key(key)
             self.partitions[pid] = state
+            self._by_topic.setdefault(pid.topic_id, {})[pid.partition] = state
             if known is None or known.record.leader != state.record.leader:
                 for node in {state.record.leader, records.NO_LEADER if known is None else known.record.leader}:
                     self._leadership_changed_at[node] = max(self._leadership_changed_at.get(node, 0), kv.revision)
@@ -176,6 +180,10 @@ class ClusterView:
         if key.startswith(records.PARTITION_PREFIX):
             pid = records.parse_partition_key(key)
             if self.partitions.pop(pid, None) is not None:
+                of_topic = self._by_topic.get(pid.topic_id, {})
+                of_topic.pop(pid.partition, None)
+                if not of_topic:
+                    self._by_topic.pop(pid.topic_id, None)
                 await self._tell(self._on_partition, pid, None)
         elif key.startswith(records.BROKER_PREFIX):
             if self.brokers.pop(int(key[len(records.BROKER_PREFIX) :]), None) is not None:
