@@ -4,9 +4,8 @@ One small versioned msgspec-JSON file per partition directory, replaced atomical
 temporary file, fsync it, rename it over the old one, fsync the directory). The recovery point
 says how far the log is known to be on disk (fsynced, indexes included): recovery after a crash
 scans only from `recovery_position` in segment `recovery_segment_base` onwards. `clean_shutdown`
-is the clean-shutdown marker: true only in the checkpoint that close() writes, cleared by the
-next open; keeping it in the same atomically replaced file means the marker can never
-disagree with the recovery point it vouches for.
+is true only in the checkpoint that close() writes; recovery reports it and relies on it for
+nothing (the open does not rewrite the checkpoint to clear it: see partition_log._recover).
 """
 
 from __future__ import annotations

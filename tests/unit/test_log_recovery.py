@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.clock import ManualClock
+import broker.log.partition_log as partition_log
 from broker.log import EntryFormatError, EntryKind, PartitionLog
 from broker.log.checkpoint import CHECKPOINT_FILE
 from broker.log.segment import Segment, segment_name
@@ -185,8 +186,6 @@ def test_close_writes_one_checkpoint_the_clean_shutdown_one(tmp_path, monkeypatc
     """A broker's stop closes every partition; each checkpoint write costs two fsyncs, and the
     close used to write two (the flush's, then the clean-shutdown one): 500 partitions took
     9 s to stop here, 20,000 would outlast any grace period."""
-    import broker.log.partition_log as partition_log
-
     log = open_log(tmp_path)
     Written().append(log, 2, os.urandom(50))
     written: list[bool] = []
@@ -200,7 +199,11 @@ def test_close_writes_one_checkpoint_the_clean_shutdown_one(tmp_path, monkeypatc
     assert open_log(tmp_path).last_recovery.clean_shutdown
 
 
-def test_clean_shutdown_reopen_does_not_scan(tmp_path, monkeypatch):
+def test_clean_shutdown_reopen_reads_nothing_and_writes_no_checkpoint(tmp_path, monkeypatch):
+    """A clean stop leaves the recovery point at the log end, so the reopen verifies nothing.
+    Regression (issue 28): the reopen rewrote the checkpoint (two fsyncs) to clear the
+    clean-shutdown marker, 80% of the cost of opening a partition; the marker is now only
+    reported, and recovery always verifies from the recovery point."""
     cfg = small_config(segment_bytes=400)
     log = open_log(tmp_path, config=cfg)
     written = Written()
@@ -208,23 +211,51 @@ def test_clean_shutdown_reopen_does_not_scan(tmp_path, monkeypatch):
         written.append(log, 2, os.urandom(50))
     log.close()
 
-    def no_scan(*args, **kwargs):
-        raise AssertionError("a clean reopen must not scan")
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("a clean reopen must not rebuild indexes")
 
-    monkeypatch.setattr(Segment, "recover", no_scan)
-    monkeypatch.setattr(Segment, "rebuild_indexes", no_scan)
+    checkpoints = []
+    real = partition_log.write_checkpoint
+    monkeypatch.setattr(Segment, "rebuild_indexes", no_rebuild)
+    monkeypatch.setattr(partition_log, "write_checkpoint", lambda d, ckpt: (checkpoints.append(ckpt), real(d, ckpt))[1])
     reopened = open_log(tmp_path, config=cfg)
     report = reopened.last_recovery
     assert report.clean_shutdown and report.scanned_segments == [] and report.scanned_bytes == 0
+    assert checkpoints == []
     assert summary(reopened) == expected(written, 40)
     written.append(reopened, 1, b"after")
-    crash(reopened)  # the clean-shutdown marker was cleared by the open: next open is unclean
+    crash(reopened)  # the checkpoint still says clean, but the log grew past its recovery point
     monkeypatch.undo()
     again = open_log(tmp_path, config=cfg)
     assert not again.last_recovery.clean_shutdown
     assert again.last_recovery.scanned_bytes == written.entries[-1][6]
     assert summary(again) == expected(written, 41)
     again.close()
+
+
+def test_index_entries_past_a_clean_stops_end_are_cut(tmp_path):
+    """The clean-shutdown marker is not trusted: index entries the files hold past the
+    recovery point (a later run's index write that reached the disk while its log write did
+    not, the marker never cleared) are cut at open, so lookups never point past the log;
+    the open trusted the marker and found the stray entry only by rescanning the segment."""
+    cfg = small_config(segment_bytes=10_000, index_interval_bytes=1)
+    log = open_log(tmp_path, config=cfg)
+    written = Written()
+    for _ in range(5):
+        written.append(log, 2, os.urandom(50))
+    log.close()
+    index = next(tmp_path.glob("*.index"))
+    size = index.stat().st_size
+    with index.open("ab") as f:
+        f.write(struct.pack(">II", 100, 10_000))  # offset base+100 at a position past the file
+    reopened = open_log(tmp_path, config=cfg)
+    assert index.stat().st_size == size
+    assert reopened.last_recovery.scanned_bytes == 0  # cut, not found out by a rescan
+    assert reopened.log_end_offset == 10
+    assert summary(reopened) == expected(written, 5)
+    written.append(reopened, 2, b"next")
+    assert summary(reopened) == expected(written, 6)
+    reopened.close()
 
 
 def test_lost_index_files_are_rebuilt(tmp_path):
