@@ -233,6 +233,28 @@ def test_led_partition_series_follow_leadership() -> None:
     assert series(metrics, "shoal_partition_log_end_offset") == []
 
 
+class ReadAtScrape(dict):  # type: ignore[type-arg]
+    """Rows that count how often they are read."""
+
+    reads = 0
+
+    def items(self):  # type: ignore[no-untyped-def]
+        ReadAtScrape.reads += 1
+        return super().items()
+
+
+def test_led_partition_series_cost_the_update_nothing_per_partition() -> None:
+    """Regression (issue 28): every mode-switch pass set seven labelled gauges per led
+    partition on the event loop (0.6 s a pass at 2,000 partitions); the rows are now read
+    only when the metrics are scraped."""
+    metrics = BrokerMetrics()
+    rows = ReadAtScrape({("t", str(i)): (0, -1, 0, 0, i, i, 0) for i in range(1000)})
+    metrics.led_partitions.update(rows)
+    assert ReadAtScrape.reads == 0
+    assert sample(metrics, "shoal_partition_log_end_offset", topic="t", partition="999") == 999
+    assert ReadAtScrape.reads == 1
+
+
 # -- cluster health -----------------------------------------------------------------------------
 
 
