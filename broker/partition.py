@@ -90,6 +90,10 @@ class Partition:
         log_.truncation_listeners.append(self._on_log_truncated)
         self.created_diskless = settings.diskless  # the mode without a marker: the topic's at creation
         self.producers = producers
+        # The log end offset at which the producer snapshot on disk is exactly the state in
+        # memory (loaded at open, nothing replayed, no truncation since): a close there
+        # writes none, so stopping a broker costs nothing for its idle partitions (issue 28)
+        self._snapshot_is_state_at: int | None = None
         # Producers whose batch failed to be written here: their later batches wait for its
         # retry (producers/barriers.py), as Kafka's would behind a log directory gone offline.
         self.barriers = SequenceBarriers(max_barriers, clock.monotonic)
@@ -290,6 +294,7 @@ class Partition:
             self._replay(entry.header, entry.base_offset, entry.data)
             replayed += 1
         self.producers.on_high_watermark(self.log.high_watermark)
+        self._snapshot_is_state_at = leo if loaded == leo and not replayed else None
         if replayed:
             log.info(
                 "%s-%s: replayed %d entries from offset %d into producer state", self.topic, self.index, replayed, start
@@ -560,6 +565,7 @@ class Partition:
             offset,
             "with the leader's producer state" if state is not None else "no producer state from the leader",
         )
+        self._snapshot_is_state_at = None
         self.log.restart_at(offset)
         self.epochs.truncate_from_end(0)
         self.producers.start_over(self.directory, offset, state)
@@ -576,6 +582,7 @@ class Partition:
         self.modes.install(snapshot, start_offset)
 
     def _reload_producers(self) -> None:
+        self._snapshot_is_state_at = None
         start = self.producers.truncate_and_reload(self.directory, self.log.log_start_offset, self.log.log_end_offset)
         if start < self.log.log_end_offset:
             self.txn_index.truncate_from(start)  # what the replay appends again
@@ -769,5 +776,6 @@ class Partition:
 
     def close(self) -> None:
         self.txn_index.flush(self.log.segment_base_offsets[-1])
-        self.producers.take_snapshot(self.directory, self.log.log_end_offset)
+        if self._snapshot_is_state_at != self.log.log_end_offset:  # else idle since its open: nothing to write
+            self.producers.take_snapshot(self.directory, self.log.log_end_offset)
         self.log.close()

@@ -177,6 +177,9 @@ class PartitionLog:
         self._lock = threading.RLock()  # state; held briefly by append and by flush's capture
         self._flush_lock = threading.Lock()  # one flush at a time; file deletions wait for it
         self._checkpoint_lock = threading.Lock()  # checkpoint files are written in snapshot order
+        # What the checkpoint file holds (read at open, or last written): a close of a partition
+        # nothing changed writes none (issue 28: two fsyncs each, 20,000 partitions at a stop)
+        self._checkpoint_on_disk: LogCheckpoint | None = None
         self.last_recovery = RecoveryReport()
         # Called with the first offset dropped, after truncate_to/restart_at cut entries off
         # the end: anything derived from entries at or above it (wal_references.py) is stale.
@@ -199,6 +202,7 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, config, clock, on_segment_roll, open_files)
         ckpt = read_checkpoint(directory)
+        self._checkpoint_on_disk = ckpt
         self._recover(ckpt)
         return self
 
@@ -869,8 +873,11 @@ class PartitionLog:
                     recovery_position=self._recovery_position,
                     clean_shutdown=clean_shutdown,
                 )
+                if clean_shutdown and not self._dir_dirty and self._checkpoint_on_disk == ckpt:
+                    return  # a close of a log nothing changed since the last clean close
                 self._dir_dirty = False  # the checkpoint write fsyncs the directory
             write_checkpoint(self._dir, ckpt)
+            self._checkpoint_on_disk = ckpt
 
     def close(self) -> None:
         """Flush, write the clean-shutdown checkpoint and close every file. Idempotent.
