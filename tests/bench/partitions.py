@@ -8,8 +8,8 @@ Each partition was three open files before the bound, so the old broker failed a
 third of --nofile. It measures: creation time, one record produced to every partition with
 librdkafka's defaults and read back, open descriptors and RSS, then kill -9 and the time
 until the broker is ready again, the longest event-loop stall during that start (the
-`shoal_event_loop_lag_seconds` histogram's largest non-empty bucket), and every record read
-back again.
+`shoal_event_loop_lag_seconds` histogram's largest non-empty bucket), every record read
+back again, the broker's CPU over 30 idle seconds, and one Metadata request for every topic.
 
 Not a test: no assertions beyond reading back what was acknowledged; nothing runs it in CI.
 Record figures in docs/benchmarks.md.
@@ -24,11 +24,22 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.integration.clients import assert_same_records, consume_confluent, create_topic, produce_confluent
+from kafka.protocol.metadata import MetadataRequest
+
+from tests.integration.clients import (
+    RawConnection,
+    assert_same_records,
+    consume_confluent,
+    create_topic,
+    produce_confluent,
+)
 from tests.integration.harness import BrokerProcess
 from tests.integration.test_open_files import low_nofile, one_record_each
 
+from .diskless import process_cpu
+
 TOPIC_PARTITIONS = 250
+IDLE_S = 30.0
 
 
 def metrics(broker: BrokerProcess) -> dict[str, float]:
@@ -55,6 +66,14 @@ def read_back(broker: BrokerProcess, sent: dict[str, list]) -> None:
     for topic, recs in sent.items():
         got = consume_confluent(broker.bootstrap, topic, TOPIC_PARTITIONS, len(recs), timeout_s=300)
         assert_same_records(recs, got)
+
+
+def full_metadata_s(broker: BrokerProcess) -> float:
+    """Seconds for one Metadata request naming no topic (all of them), as a client sees it."""
+    with RawConnection(broker.bootstrap, timeout_s=60.0) as conn:
+        started = time.monotonic()
+        conn.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12, timeout_s=60.0)
+        return time.monotonic() - started
 
 
 def main() -> None:
@@ -95,6 +114,10 @@ def main() -> None:
             read_back(broker, sent)
             values = metrics(broker)
             print(f"read back after the restart; files reopened {values['shoal_log_file_reopens_total']:.0f}")
+            cpu = process_cpu(broker.pid)
+            time.sleep(IDLE_S)
+            print(f"idle CPU over {IDLE_S:.0f} s: {(process_cpu(broker.pid) - cpu) / IDLE_S * 100:.1f}% of a core")
+            print(f"full Metadata (every topic): {full_metadata_s(broker):.2f} s")
         finally:
             broker.kill()
 
