@@ -101,7 +101,10 @@ class ClusterView:
                             await self.apply_put(event.kv)
                         else:
                             await self.apply_delete(event.kv.key)
-                        self.applied_revision = max(self.applied_revision, event.revision)
+                        # a revision is applied once all its changes are (a transaction's
+                        # come one by one, and applying one lets other tasks run)
+                        done = event.revision if event.last_in_revision else event.revision - 1
+                        self.applied_revision = max(self.applied_revision, done)
             except asyncio.CancelledError:
                 raise
             except MetadataError as exc:

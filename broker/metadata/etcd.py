@@ -561,12 +561,14 @@ class _EtcdWatch:
         if response.canceled:
             raise MetadataError(f"etcd canceled watch {self._prefix!r}: {response.cancel_reason or 'no reason given'}")
         store = self._store
-        for event in response.events:
-            kv = store._kv_from(event.kv)
+        kvs = [store._kv_from(event.kv) for event in response.events]
+        for n, (event, kv) in enumerate(zip(response.events, kvs)):
+            # etcd sends a revision's events in one response (unless asked to fragment)
+            last = n + 1 == len(kvs) or kvs[n + 1].revision != kv.revision
             if event.type == rpc.Event.DELETE:
-                self._events.append(WatchEvent(EventType.DELETE, KeyValue(kv.key, b"", kv.revision)))
+                self._events.append(WatchEvent(EventType.DELETE, KeyValue(kv.key, b"", kv.revision), last))
             else:
-                self._events.append(WatchEvent(EventType.PUT, kv))
+                self._events.append(WatchEvent(EventType.PUT, kv, last))
             self._next_revision = kv.revision + 1
 
     async def _resume(self) -> None:

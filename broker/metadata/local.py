@@ -28,6 +28,8 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from ..clock import Clock
 from .store import (
     EventType,
@@ -364,9 +366,26 @@ class _LocalWatch:
                 event = store._history[index]
                 self._seq += 1
                 if event.revision >= self._start_revision and event.kv.key.startswith(self._prefix):
-                    return event
+                    return (
+                        event
+                        if self._last_in_revision(index)
+                        else msgspec.structs.replace(event, last_in_revision=False)
+                    )
                 continue
             await store._changed.wait()
+
+    def _last_in_revision(self, index: int) -> bool:
+        """Whether no later change of the same revision is for this watch: a transaction's
+        changes are all in the history before it notifies anyone."""
+        history = self._store._history
+        revision = history[index].revision
+        for later_index in range(index + 1, len(history)):
+            later = history[later_index]
+            if later.revision != revision:
+                return True
+            if later.kv.key.startswith(self._prefix):
+                return False
+        return True
 
     async def close(self) -> None:
         if not self._closed:

@@ -72,10 +72,13 @@ class EventType(enum.Enum):
 
 class WatchEvent(msgspec.Struct, frozen=True):
     """One change seen by a watch. For a delete, `kv.value` is empty and `kv.revision` is
-    the revision of the deletion."""
+    the revision of the deletion. A transaction's changes share one revision and come one
+    after another; `last_in_revision` is false on all but the last of them this watch
+    delivers, so a watcher knows when it has applied the whole revision."""
 
     type: EventType
     kv: KeyValue
+    last_in_revision: bool = True
 
     @property
     def revision(self) -> int:

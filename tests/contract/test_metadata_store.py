@@ -330,7 +330,8 @@ def test_watch_sees_puts_and_deletes_in_order(backend: Backend) -> None:
             await store.put("brokers/lease/a", b"x", lease=lease)
             assert await store.delete("brokers/1") is True
             await store.revoke_lease(lease)
-            events = await take(watch, 9)
+            await store.txn({}, puts={"brokers/3": b"d", "topics/y": b"not watched"})
+            events = await take(watch, 10)
         assert summary(events) == [
             ("put", "brokers/1", b"a"),
             ("put", "brokers/1", b"b"),
@@ -341,10 +342,15 @@ def test_watch_sees_puts_and_deletes_in_order(backend: Backend) -> None:
             ("delete", "brokers/1", b""),
             ("delete", "brokers/lease/a", b""),
             ("delete", "brokers/lease/b", b""),  # key order
+            ("put", "brokers/3", b"d"),
         ]
         revisions = [event.revision for event in events]
         assert revisions[:4] == [r1, r2, r3, r3]
         assert revisions == sorted(revisions)
+        # a transaction's changes: all but the last this watch sees say more are coming
+        assert [event.last_in_revision for event in events] == [
+            True, True, False, True, True, True, True, False, True, True
+        ]  # fmt: skip
         assert events[4].kv.lease == lease.id
         assert events[6].type is EventType.DELETE
 
