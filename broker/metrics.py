@@ -167,7 +167,7 @@ class BrokerMetrics:
             "Partitions led here whose mode is not their topic's yet, or whose switch is not recorded.",
             registry=r,
         )
-        # Per-partition series reported by the partition's leader only (LedPartitionSeries.update).
+        # Per-partition series reported by the partition's leader only (LedPartitionSeries).
         self.led_partitions = LedPartitionSeries(
             (
                 "shoal_partition_diskless",
@@ -514,27 +514,25 @@ def under_min_isr_partitions(led: Iterable[tuple[int, int]]) -> int:
 class LedPartitionSeries:
     """Per-partition gauges ({topic, partition}) that only each partition's leader reports.
 
-    Each update replaces the rows: the partitions led now, so a partition no longer led here
-    (another broker leads and reports it, or it was deleted) has no series, and summing over
-    the cluster never counts a partition twice. The series are made at scrape time from the
-    last rows: setting seven labelled gauges per partition on every pass cost the event loop
-    0.3 ms per partition (0.6 s a pass at 2,000 partitions; issue 28)."""
+    Made at scrape time from `source` (the mode switcher's rows of the partitions led now,
+    read on the event loop, where the metrics listener runs): a partition no longer led
+    here (another broker leads and reports it, or it was deleted) has no series, so summing
+    over the cluster never counts a partition twice, and nothing is spent per partition
+    between scrapes (issue 28: setting seven labelled gauges per led partition twice a
+    second held the event loop 0.6 s a pass at 2,000 partitions)."""
 
     def __init__(self, *gauges: tuple[str, str]) -> None:
         self._gauges = gauges  # (name, help), in the order of each row's values
-        self._rows: Mapping[tuple[str, str], Sequence[float]] = {}
-
-    def update(self, rows: Mapping[tuple[str, str], Sequence[float]]) -> None:
-        """`rows`: (topic, partition) -> one value per gauge, in the constructor's order. The
-        caller gives up the mapping: a scrape in the metrics thread reads it as it is."""
-        self._rows = rows
+        # (topic, partition) -> one value per gauge, in the constructor's order
+        self.source: Callable[[], Mapping[tuple[str, str], Sequence[float]]] | None = None
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families())
 
     def collect(self) -> Iterator[Metric]:
         families = self._families()
-        for (topic, partition), values in self._rows.items():
+        rows = self.source() if self.source is not None else {}
+        for (topic, partition), values in rows.items():
             for family, value in zip(families, values):
                 family.add_metric([topic, partition], value)
         return iter(families)
