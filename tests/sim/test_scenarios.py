@@ -68,6 +68,8 @@ REGRESSION_SEEDS = [
     ("cluster", 301749),  # a restarted broker took roles from a view that lagged the store
     ("cluster", 301147),  # the same, on a diskless partition
     ("tiered_delete_records", 410194),  # a broker without a lease rejoined the ISR
+    ("transactions", 740000),  # a view counted a transaction's revision applied after its first change
+    ("tiering", 850031),  # the scenario's final cycles ended 10 s after a preferred-leader move
 ]
 
 

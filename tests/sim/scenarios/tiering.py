@@ -74,6 +74,8 @@ from .transactions import _stable
 BROKERS = 3
 JOB_TIMEOUT_S = 20.0
 TRAFFIC_S = 25.0
+FINAL_CYCLE_S = 2.0  # between the final cycles by hand
+FINAL_CYCLES_MAX_S = 120.0  # the final cycles' bound when leaderships keep moving
 FINAL_READ_S = 200.0  # the fresh readers' time to read every partition back, from when they start
 DECIDED_S = 180.0  # after settling: every transaction decided (timeouts, marker retries)
 TOPIC = "tiered"
@@ -179,15 +181,37 @@ async def final_cycles(cluster: SimCluster, detached: list[asyncio.Task[Any]]) -
     """The offload loops stop and the Spark-cluster jobs end; then, once what they uploaded
     after their segments were given up is older than any job may run (twice
     tiering.job.timeout.ms: the litter sweep's grace), cycles by hand resolve dead jobs'
-    segments and sweep the litter."""
+    segments and sweep the litter. A leadership that moves meanwhile (the controller's
+    preferred-leader rebalance runs every 300 s) leaves its new leader waiting
+    tiering.job.timeout.ms before it may give up its predecessor's jobs, so the cycles go
+    on until leaderships have been still that long (`tiering` seed 850031)."""
     for sim_broker in cluster.live():
         await sim_broker.broker.offload.stop()
     await asyncio.gather(*detached, return_exceptions=True)
+    leaders = leaderships(cluster)
     await asyncio.sleep(2 * JOB_TIMEOUT_S + 1.0)
-    for _ in range(3):
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    moved_at = started if leaderships(cluster) != leaders else None  # at some point in the sleep
+    cycles = 0
+    while cycles < 3 or (
+        moved_at is not None
+        and loop.time() - moved_at < JOB_TIMEOUT_S + 2 * FINAL_CYCLE_S
+        and loop.time() - started < FINAL_CYCLES_MAX_S
+    ):
+        leaders = leaderships(cluster)
         for sim_broker in cluster.live():
             await sim_broker.broker.offload.run_once()
-        await asyncio.sleep(2.0)  # markers replicate: the next cycle sees them applied
+        await asyncio.sleep(FINAL_CYCLE_S)  # markers replicate: the next cycle sees them applied
+        cycles += 1
+        if leaderships(cluster) != leaders:
+            moved_at = loop.time()
+
+
+def leaderships(cluster: SimCluster) -> dict[Any, tuple[int, int]]:
+    """Each partition's leader and leader epoch, as the first live broker's view has them."""
+    view = cluster.live()[0].broker.view
+    return {pid: (state.record.leader, state.record.leader_epoch) for pid, state in view.partitions.items()}
 
 
 def finished(remote: RemoteSegments) -> list[tuple[str, int, int]]:
