@@ -253,3 +253,147 @@ def test_led_partition_series_cost_nothing_between_scrapes() -> None:
     assert ReadAtScrape.reads == 0
     assert sample(metrics, "shoal_partition_log_end_offset", topic="t", partition="999") == 999
     assert ReadAtScrape.reads == 1
+
+
+# -- cluster health -----------------------------------------------------------------------------
+
+
+def test_offline_partitions_have_no_live_leader() -> None:
+    assert NO_LEADER == records.NO_LEADER
+    assert offline_partitions([1, 2, 3], {1, 2, 3}) == 0
+    assert offline_partitions([1, NO_LEADER, 3, 3], {1, 2}) == 3  # no leader; leader 3 not live
+    assert offline_partitions([], {1}) == 0
+
+
+def test_under_min_isr_compares_isr_size_with_min_insync_replicas() -> None:
+    assert under_min_isr_partitions([(3, 2), (2, 2), (1, 1)]) == 0
+    assert under_min_isr_partitions([(1, 2), (2, 3), (3, 2)]) == 2
+
+
+def state(leader: int, isr: list[int], replicas: list[int] | None = None) -> records.PartitionStateRecord:
+    return records.PartitionStateRecord(records.RECORD_VERSION, replicas or [1, 2, 3], leader, 0, isr)
+
+
+def test_leader_elections_clean_and_unclean() -> None:
+    metrics = BrokerMetrics()
+    metrics.observe_leader_assignment(None, state(1, [1, 2, 3]))  # a new partition gets its leader
+    metrics.observe_leader_assignment(state(1, [1, 2, 3]), state(2, [2, 3]))  # failover within the ISR
+    metrics.observe_leader_assignment(state(2, [2, 3]), state(2, [2]))  # ISR change only: no election
+    metrics.observe_leader_assignment(state(2, [2]), state(NO_LEADER, [2]))  # offline: no election
+    assert sample(metrics, "shoal_leader_elections_total") == 2
+    assert sample(metrics, "shoal_unclean_leader_elections_total") == 0
+    metrics.observe_leader_assignment(state(NO_LEADER, [2]), state(3, [3]))  # 3 was not in the ISR
+    assert sample(metrics, "shoal_leader_elections_total") == 3
+    assert sample(metrics, "shoal_unclean_leader_elections_total") == 1
+
+
+def test_isr_changes() -> None:
+    metrics = BrokerMetrics()
+    metrics.observe_isr_change([1, 2, 3], [1, 2])
+    metrics.observe_isr_change([1, 2], [1])
+    metrics.observe_isr_change([1], [1, 3])
+    assert sample(metrics, "shoal_isr_shrinks_total") == 2
+    assert sample(metrics, "shoal_isr_expands_total") == 1
+
+
+# -- groups, collected at scrape time ----------------------------------------------------------
+
+
+def test_group_series_are_read_from_the_coordinator_at_each_scrape() -> None:
+    metrics = BrokerMetrics()
+    assert series(metrics, "shoal_group_committed_offset") == []  # no coordinator bound yet
+    state: dict[str, object] = {
+        "offsets": [("g", "t", 0, 42), ("g", "t", 1, 7), ("h", "u", 0, 3)],
+        "members": [("g", 2), ("h", 0)],
+    }
+    metrics.group_state.source = lambda: (state["offsets"], state["members"])  # type: ignore[assignment,return-value]
+    assert sample(metrics, "shoal_group_committed_offset", group="g", topic="t", partition="0") == 42
+    assert sample(metrics, "shoal_group_committed_offset", group="h", topic="u", partition="0") == 3
+    assert sample(metrics, "shoal_group_members", group="g") == 2
+    state["offsets"], state["members"] = [("g", "t", 0, 50)], [("g", 1)]  # h's offsets expired, t-1 deleted
+    assert series(metrics, "shoal_group_committed_offset") == [{"group": "g", "topic": "t", "partition": "0"}]
+    assert sample(metrics, "shoal_group_committed_offset", group="g", topic="t", partition="0") == 50
+    assert series(metrics, "shoal_group_members") == [{"group": "g"}]
+
+
+def test_group_collector_describes_its_families() -> None:
+    names = {family.name for family in GroupStateCollector().describe()}
+    assert names == {"shoal_group_committed_offset", "shoal_group_members"}
+
+
+def test_transactions_are_counted_by_state_at_each_scrape() -> None:
+    metrics = BrokerMetrics()
+    assert series(metrics, "shoal_transactions") == []  # no coordinator bound yet
+    states = ["Ongoing", "Ongoing", "Empty"]
+    metrics.transactions.watch(lambda: iter(states), ["Empty", "Ongoing", "PrepareCommit"])
+    assert sample(metrics, "shoal_transactions", state="Ongoing") == 2
+    assert sample(metrics, "shoal_transactions", state="Empty") == 1
+    assert sample(metrics, "shoal_transactions", state="PrepareCommit") == 0  # reported from the start
+    states[:] = ["CompleteCommit"]  # a state `always` does not name still counts
+    assert sample(metrics, "shoal_transactions", state="Ongoing") == 0
+    assert sample(metrics, "shoal_transactions", state="CompleteCommit") == 1
+    assert {f.name for f in metrics.transactions.describe()} == {"shoal_transactions"}
+
+
+# -- event-loop lag ----------------------------------------------------------------------------
+
+
+class LateClock:
+    """Each sleep takes the interval plus the next lateness."""
+
+    def __init__(self, lateness: list[float]) -> None:
+        self.now = 100.0
+        self._lateness = iter(lateness)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds + next(self._lateness)
+
+
+def test_loop_lag_observes_how_late_the_probe_woke() -> None:
+    metrics = BrokerMetrics()
+    clock = LateClock([0.0, 0.003, 0.4, 12.0])
+    monitor = LoopLagMonitor(clock, metrics.event_loop_lag)  # type: ignore[arg-type]
+    asyncio.run(monitor.run(rounds=4))
+    assert LOOP_LAG_INTERVAL_S == 0.25
+    assert sample(metrics, "shoal_event_loop_lag_seconds_count") == 4
+    assert abs((sample(metrics, "shoal_event_loop_lag_seconds_sum") or 0) - 12.403) < 1e-9
+    assert sample(metrics, "shoal_event_loop_lag_seconds_bucket", le="0.001") == 1
+    assert sample(metrics, "shoal_event_loop_lag_seconds_bucket", le="0.005") == 2
+    assert sample(metrics, "shoal_event_loop_lag_seconds_bucket", le="0.5") == 3
+    assert sample(metrics, "shoal_event_loop_lag_seconds_bucket", le="10.0") == 3
+    assert sample(metrics, "shoal_event_loop_lag_seconds_bucket", le="+Inf") == 4
+
+
+def test_loop_lag_monitor_starts_and_stops() -> None:
+    metrics = BrokerMetrics()
+
+    async def main() -> None:
+        monitor = LoopLagMonitor(LateClock([0.0] * 1000), metrics.event_loop_lag)  # type: ignore[arg-type]
+        monitor.start()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await monitor.stop()
+
+    asyncio.run(main())
+    assert (sample(metrics, "shoal_event_loop_lag_seconds_count") or 0) >= 1
+
+
+# -- exposition ----------------------------------------------------------------------------------
+
+
+def test_exposition_has_process_metrics_and_no_created_series() -> None:
+    metrics = BrokerMetrics()
+    metrics.set_broker_info(3, None, True)
+    metrics.observe_request(ApiKey.FETCH, 0.01)
+    metrics.observe_errors(ApiKey.FETCH, [6])
+    metrics.isr_shrinks.inc()
+    text = generate_latest(metrics.registry).decode()
+    assert "_created" not in text
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "python_info"):
+        assert f"\n{name}" in text, name
+    assert "python_gc_objects_collected_total" in text
+    assert 'shoal_broker_info{az="",node_id="3",stateless="true"} 1.0' in text
+    assert "shoal_build_info{" in text
