@@ -492,7 +492,9 @@ def test_delete_records_moves_the_log_start_across_tiers_for_a_real_client(broke
     probe = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe"})
     low, high = probe.get_watermark_offsets(tp, timeout=10, cached=False)
     probe.close()
-    assert (low, high) == (target, kept[-1] + 1)
+    # The tiering cycle after DeleteRecords marks the tiered segments below it for deletion:
+    # those markers are log entries, so the high watermark may already be past the kept records.
+    assert low == target and high >= kept[-1] + 1, (low, high, target, kept)
 
     consumer = Consumer(
         {
