@@ -93,6 +93,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.cluster
 	$(BIN)/python -m tests.bench.partitions
 	$(BIN)/python -m tests.bench.failover_scale
+	$(BIN)/python -m tests.bench.metadata_scale
 	$(BIN)/python -m tests.bench.az
 	$(BIN)/python -m tests.bench.walgc
 	$(BIN)/python -m tests.bench.tiering

@@ -90,6 +90,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     queued_max_requests: Positive = 500
     queued_max_request_bytes: Positive = 256 << 20
     queued_max_request_bytes_per_connection: Positive = 64 << 20
+    max_request_partition_size_limit: Positive = 2000
     # Topic defaults (broker synonyms of topic configs)
     num_partitions: Positive = 1
     default_replication_factor: Positive = 1

@@ -67,6 +67,7 @@ INDEPENDENT_OF_PRODUCE = frozenset(
         ApiKey.OFFSET_FETCH,
         ApiKey.DESCRIBE_CONFIGS,
         ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
     }
 )
 

@@ -27,6 +27,7 @@ _MODULES = (
     "alter_configs",
     "incremental_alter_configs",
     "describe_cluster",
+    "describe_topic_partitions",
     "delete_records",
     "join_group",
     "sync_group",

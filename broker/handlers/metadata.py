@@ -11,49 +11,66 @@ Unknown topics are auto-created when the client allows it and
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import MetadataRequest
 
 from ..context import HandlerContext
+from ..loop_slices import LoopSlices
 from ..protocol.api_keys import ApiKey
+from ..protocol.encoded import EncodedBody
 from ..protocol.errors import ApiError, ErrorCode
 from ..protocol.header import RequestHeader
+from ..protocol.metadata_encoding import BrokerRow, TopicSectionEncoder, encode_metadata_body
 from ..topics import Topic
 from .common import ZERO_UUID, live_brokers
+from .partition_rows import partition_rows
 from .registry import api
 
-_Broker = MetadataResponse.MetadataResponseBroker
-_Topic = MetadataResponse.MetadataResponseTopic
-_Partition = _Topic.MetadataResponsePartition
+
+@dataclass(frozen=True)
+class _Missing:
+    """A topic asked for that cannot be described: its entry is the error alone."""
+
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID = ZERO_UUID
 
 
 @api(ApiKey.METADATA)
-async def handle(ctx: HandlerContext, header: RequestHeader, request: MetadataRequest) -> MetadataResponse:
+async def handle(ctx: HandlerContext, header: RequestHeader, request: MetadataRequest) -> EncodedBody:
     client_az = ctx.router.client_az(header)[0]
+    encoder = TopicSectionEncoder(header.api_version)
+    codes: list[int] = []
+    slices = LoopSlices(ctx.clock)  # an answer over 100,000 partitions must not stall the loop
+    sections = []
     if request.topics is None or (header.api_version == 0 and not request.topics):
-        topics = [_describe(ctx, t, client_az) for t in ctx.catalog.all()]
+        for topic in ctx.catalog.all():
+            sections.append(_describe(ctx, encoder, topic, client_az, codes))
+            await slices.pause_if_due()
     else:
         allow_create = request.allow_auto_topic_creation if header.api_version >= 4 else True
-        topics = [await _lookup(ctx, t.name, t.topic_id, allow_create, client_az) for t in request.topics]
-    return MetadataResponse(
-        throttle_time_ms=0,
-        brokers=[_Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in live_brokers(ctx)],
-        cluster_id=ctx.cluster_id,
-        controller_id=ctx.view.controller_id,
-        topics=topics,
-        error_code=0,
-    )
+        for wanted in request.topics:
+            found = await _lookup(ctx, wanted.name, wanted.topic_id, allow_create)
+            if isinstance(found, Topic):
+                sections.append(_describe(ctx, encoder, found, client_az, codes))
+            else:
+                codes.append(found.error_code)
+                sections.append(encoder.topic(found.error_code, found.name, found.topic_id, False, []))
+            await slices.pause_if_due()
+    brokers = [BrokerRow(n, h, p, r) for n, h, p, r in live_brokers(ctx)]
+    body = encode_metadata_body(header.api_version, brokers, ctx.cluster_id, ctx.view.controller_id, sections)
+    return EncodedBody(body, codes)
 
 
-async def _lookup(
-    ctx: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool, client_az: str | None
-) -> Any:
+async def _lookup(ctx: HandlerContext, name: Any, topic_id: uuid.UUID | None, allow_create: bool) -> Topic | _Missing:
+    """The topic asked for, created if allowed, or a bare topic entry with the error."""
     topic = ctx.catalog.get(name) if name else None
     if topic is None and topic_id is not None and topic_id != ZERO_UUID:
         topic = ctx.catalog.by_id(topic_id)
         if topic is None:
-            return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id, partitions=[])
+            return _Missing(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id)
     if topic is None:
         if allow_create and ctx.config.auto_create_topics_enable:
             try:
@@ -62,50 +79,22 @@ async def _lookup(
                 topic = await ctx.catalog.create(prepared, ctx.assign_replicas(range(prepared.partitions), factor))
             except ApiError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    return _Topic(error_code=exc.code, name=name, topic_id=ZERO_UUID, partitions=[])
+                    return _Missing(exc.code, name)
                 topic = ctx.catalog.get(name)
         else:
-            return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
+            return _Missing(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
     if topic is None:  # another client created it and it was deleted again at once
-        return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_UUID, partitions=[])
-    return _describe(ctx, topic, client_az)
+        return _Missing(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+    return topic
 
 
-def _describe(ctx: HandlerContext, topic: Topic, client_az: str | None) -> Any:
-    live = ctx.view.brokers
-    states = ctx.view.partitions_of(str(topic.topic_id))
+def _describe(
+    ctx: HandlerContext, encoder: TopicSectionEncoder, topic: Topic, client_az: str | None, codes: list[int]
+) -> bytes:
+    """The topic's encoded section; its partitions' error codes go to `codes`."""
     partitions = []
-    for index in range(topic.partitions):
-        state = states.get(index)
-        if state is None:  # being created: clients retry
-            partitions.append(
-                _Partition(
-                    error_code=ErrorCode.LEADER_NOT_AVAILABLE,
-                    partition_index=index,
-                    leader_id=-1,
-                    leader_epoch=-1,
-                    replica_nodes=[],
-                    isr_nodes=[],
-                    offline_replicas=[],
-                )
-            )
-            continue
-        record = state.record
-        error = ErrorCode.NONE if record.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
-        leader = record.leader if record.leader in live else -1
-        if topic.mode.serves_by_az and leader >= 0:
-            leader = ctx.router.representative(str(topic.topic_id), index, leader, client_az)
-        partitions.append(
-            _Partition(
-                error_code=error,
-                partition_index=index,
-                leader_id=leader,
-                leader_epoch=record.leader_epoch,
-                replica_nodes=list(record.replicas),
-                isr_nodes=list(record.isr),
-                offline_replicas=[r for r in record.replicas if r not in live],
-            )
-        )
-    return _Topic(
-        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal, partitions=partitions
-    )
+    for row in partition_rows(ctx, topic, client_az):
+        if row.error_code:
+            codes.append(row.error_code)
+        partitions.append(encoder.partition(*row))
+    return encoder.topic(0, topic.name, topic.topic_id, topic.internal, partitions)

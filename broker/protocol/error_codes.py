@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .encoded import EncodedBody
+
 # (whether the struct has an error_code field, [(field, is an array, plan of its structs)])
 _Plan = tuple[bool, tuple[tuple[str, bool, "_Plan"], ...]]
 _PLANS: dict[type, _Plan] = {}
@@ -37,6 +39,8 @@ def _plan_of(cls: type) -> _Plan:
 
 def error_codes(response: object) -> list[int]:
     """Every non-zero error code in `response`, one per occurrence."""
+    if isinstance(response, EncodedBody):
+        return list(response.error_codes)
     found: list[int] = []
     _collect(response, _plan_of(type(response)), found)
     return found

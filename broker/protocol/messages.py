@@ -30,6 +30,8 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -89,6 +91,7 @@ from kafka.protocol.producer import (
 )
 
 from .api_keys import ApiKey
+from .encoded import EncodedBody
 from .header import RequestHeader, encode_response_header
 from .nulls import checker
 
@@ -109,6 +112,7 @@ _PAIRS = (
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
+    (DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse),
     (JoinGroupRequest, JoinGroupResponse),
     (SyncGroupRequest, SyncGroupResponse),
     (HeartbeatRequest, HeartbeatResponse),
@@ -151,7 +155,10 @@ def decode_request(api_key: int, api_version: int, frame: bytes | memoryview, bo
 
 
 def encode_response(header: RequestHeader, response: Any) -> list[bytes | bytearray]:
-    """Response header + body for `header`'s API and version, unframed."""
+    """Response header + body for `header`'s API and version, unframed (a body the handler
+    encoded itself passes through)."""
     flexible = is_flexible(header.api_key, header.api_version) and header.api_key != ApiKey.API_VERSIONS
-    body = response.encode(version=header.api_version)
-    return [encode_response_header(header.correlation_id, flexible), body]
+    head = encode_response_header(header.correlation_id, flexible)
+    if isinstance(response, EncodedBody):
+        return [head, *response.parts]
+    return [head, response.encode(version=header.api_version)]

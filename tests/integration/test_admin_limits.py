@@ -138,3 +138,42 @@ def test_message_too_large_topic_limit_clients(module_broker):
     assert exc.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
     got = consume_kafka_python(bs, topic, 1, expected=1, timeout_s=CALL_TIMEOUT_S)
     assert [r.value for r in got] == [ok[0].value]
+
+
+def test_describe_topic_partitions_pages_match_metadata(module_broker):
+    """kafka-python's describe_topic_partitions (DescribeTopicPartitions, API 75) paged four
+    partitions at a time gives every partition once, with what Metadata says about it."""
+    from kafka import KafkaAdminClient
+
+    bs = module_broker.bootstrap
+    names = sorted([unique_topic("dtp-a"), unique_topic("dtp-b")])
+    create_topic(bs, names[0], partitions=7)
+    create_topic(bs, names[1], partitions=5)
+    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=10_000, client_id="shoal-it-admin")
+    try:
+        seen, cursor, pages = [], None, 0
+        while True:
+            page = admin.describe_topic_partitions(names, response_partition_limit=4, cursor=cursor)
+            pages += 1
+            for topic in page["topics"]:
+                assert topic["error_code"] == 0
+                seen += [
+                    (topic["name"], p["partition_index"], p["leader_id"], p["replica_nodes"])
+                    for p in topic["partitions"]
+                ]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            assert pages < 10
+        assert pages == 3
+        assert [(n, i) for n, i, _, _ in seen] == [(names[0], i) for i in range(7)] + [(names[1], i) for i in range(5)]
+        described = {
+            (t["name"], p["partition_index"]): (p["leader_id"], p["replica_nodes"])
+            for t in admin.describe_topics(names)
+            for p in t["partitions"]
+        }
+        assert {(n, i): (leader, replicas) for n, i, leader, replicas in seen} == described
+        (missing,) = admin.describe_topic_partitions([unique_topic("dtp-none")])["topics"]
+        assert missing["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        admin.close()

@@ -53,12 +53,14 @@ class Populator:
                 return [field.data_class(**self._struct(field, version, depth + 1)) for _ in range(count)]
             if field.is_struct():
                 return field.data_class(**self._struct(field, version, depth + 1))
-            return [self._simple(field.array_of, version) for _ in range(count)]
+            return [self._simple(field.array_of, version, element=True) for _ in range(count)]
         return self._simple(field, version)
 
-    def _simple(self, field: Any, version: int) -> Any:
+    def _simple(self, field: Any, version: int, element: bool = False) -> Any:
         kind, rnd = field.type_str, self.rnd
-        if self._null(field, version):
+        # An array's entries carry the array's nullability in kafka-python's schema, but only
+        # the array may be null (DescribeTopicPartitions' nullable ELR lists).
+        if not element and self._null(field, version):
             return None
         if kind in INT_RANGES:
             low, high = INT_RANGES[kind]

@@ -25,5 +25,5 @@ def test_a_topic_created_elsewhere_and_deleted_at_once_is_unknown() -> None:
         config=SimpleNamespace(auto_create_topics_enable=True, default_replication_factor=1),
         assign_replicas=lambda partitions, factor: {},
     )
-    answer = asyncio.run(metadata._lookup(broker, "gone", None, True, None))  # type: ignore[arg-type]
+    answer = asyncio.run(metadata._lookup(broker, "gone", None, True))  # type: ignore[arg-type]
     assert answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and answer.name == "gone"
