@@ -83,9 +83,9 @@ class PeerService:
         if isinstance(request, ReplicaReadRequest):
             return await self._reads.handle(request)
         if isinstance(request, WalReferencesRequest):
-            return self._references.answer(request)
+            return await self._references.answer(request)
         if isinstance(request, WalQueryRequest):
-            return self._references.answer_query(request)
+            return await self._references.answer_query(request)
         if isinstance(request, TxnPermitRequest):
             return self._permits(request)
         if isinstance(request, ViewRevisionRequest):

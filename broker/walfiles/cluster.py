@@ -138,11 +138,9 @@ class ClusterReferences:
         self, node: int, request: WalReferencesRequest | WalQueryRequest
     ) -> WalReferencesResponse | WalQueryResponse:
         if node == self._node_id:
-            return (
-                self._local.answer(request)
-                if isinstance(request, WalReferencesRequest)
-                else self._local.answer_query(request)
-            )
+            if isinstance(request, WalReferencesRequest):
+                return await self._local.answer(request)
+            return await self._local.answer_query(request)
         registration = self._view.brokers.get(node)
         if registration is None:
             raise GcPaused(f"broker {node} hosts replicas but is not registered")

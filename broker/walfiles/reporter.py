@@ -10,7 +10,12 @@ before its logs are open, and "no replicas" then would let the manager delete ev
 only its logs on disk reference. It answers `NotReady` instead, and the manager pauses.
 
 Answering costs the entries appended since the previous question (the references are kept
-per segment) and never touches the produce or commit path.
+per segment) and never touches the produce or commit path. It visits every hosted replica,
+so it hands the event loop back every few milliseconds (loop_slices.py): with 20,000
+partitions one answer is most of a second of work. What it reports stays safe across those
+pauses: the clock is read first, so commits the scan may miss are of objects too new to
+delete, and replicas that open meanwhile are those a question asked a moment earlier would
+not have seen either.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING
 
+from ..loop_slices import LoopSlices
 from ..rpc.errors import RpcRefused
 from ..wal_references import created_ms_of
 from .messages import (
@@ -93,14 +99,16 @@ class ReferenceReporter:
         if not self._replicas.loaded:
             raise NotReady(f"broker {self._node_id} has not opened its partition logs (starting or stopping)")
 
-    def answer(self, request: WalReferencesRequest) -> WalReferencesResponse:
+    async def answer(self, request: WalReferencesRequest) -> WalReferencesResponse:
         self._check(request.version)
         # The clock is read before the logs: a commit accepted after this moment is of an
         # object created after now - deadline, whatever the scan below sees.
         now_ms = self._clock.now_ms()
         replicas = []
         opened: dict[str, list[int]] = {}
+        slices = LoopSlices(self._clock)
         for partition in list(self._replicas.partitions.values()):
+            await slices.pause_if_due()
             if not partition.topic_id:
                 continue
             opened.setdefault(partition.topic_id, []).append(partition.index)
@@ -121,11 +129,13 @@ class ReferenceReporter:
             WALGC_VERSION, self._node_id, now_ms, self._commit_deadline_ms, replicas, self._uploads.drain(), opened
         )
 
-    def answer_query(self, request: WalQueryRequest) -> WalQueryResponse:
+    async def answer_query(self, request: WalQueryRequest) -> WalQueryResponse:
         self._check(request.version)
         hosted = {(p.topic_id, p.index): p for p in list(self._replicas.partitions.values()) if p.topic_id}
         referenced = []
+        slices = LoopSlices(self._clock)
         for query in request.partitions:
+            await slices.pause_if_due()
             partition = hosted.get((query.topic_id, query.partition))
             if partition is None:
                 continue

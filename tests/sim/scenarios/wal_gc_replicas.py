@@ -205,7 +205,7 @@ async def wal_gc_replicas(sim: Sim) -> dict[str, int]:
             await asyncio.sleep(0.001)
             if silent:
                 raise GcPaused(f"broker(s) {sorted(silent)} did not answer")
-            return [r.answer(WalReferencesRequest(1, 0)) for r in reporters]
+            return [await r.answer(WalReferencesRequest(1, 0)) for r in reporters]
 
         async def query(self, asked):  # type: ignore[no-untyped-def]
             await asyncio.sleep(0.001)
@@ -214,7 +214,7 @@ async def wal_gc_replicas(sim: Sim) -> dict[str, int]:
             found: dict = {}
             request = WalQueryRequest(1, [ObjectsQuery(t, p, ids) for (t, p), ids in asked.items()])
             for r in reporters:
-                for replica in r.answer_query(request).found:
+                for replica in (await r.answer_query(request)).found:
                     committed, uncommitted = found.setdefault((replica.topic_id, replica.partition), (set(), set()))
                     committed.update(replica.committed)
                     uncommitted.update(replica.uncommitted)
