@@ -210,14 +210,21 @@ class ReplicaManager:
                 log.exception("background job %s failed", getattr(job, "__name__", job))
 
     async def _flush_and_roll(self) -> None:
+        """Every second: roll segments older than segment.ms and flush logs due by flush.ms or
+        flush.messages. A log with nothing due until later is skipped at the cost of one
+        comparison (PartitionLog.maintenance_due_ms), so idle partitions cost nearly nothing."""
         now = self._clock.now_ms()
         loop = asyncio.get_running_loop()
         for partition in list(self.partitions.values()):
-            partition.log.maybe_roll(now)
-            if partition.log.needs_flush(now):
+            log = partition.log
+            if log.maintenance_due_ms > now:
+                continue
+            log.maybe_roll(now)
+            if log.needs_flush(now):
                 started = self._clock.monotonic()
-                await loop.run_in_executor(None, partition.log.flush)
+                await loop.run_in_executor(None, log.flush)
                 self._metrics.log_flush_seconds.observe(self._clock.monotonic() - started)
+            log.plan_maintenance()
 
     async def _enforce_retention(self) -> None:
         now = self._clock.now_ms()

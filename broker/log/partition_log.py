@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK_MAX_BYTES = 4 << 20  # largest single pread of a read() (an entry larger than this is read whole)
 ITER_CHUNK_BYTES = 1 << 20  # bytes per read() while iter_entries() replays the log
+_NEVER = 2**63 - 1  # maintenance_due_ms of a log with nothing to roll or flush
 
 
 class OffsetOutOfRangeError(ApiError):
@@ -171,6 +172,7 @@ class PartitionLog:
         self._recovery_segment_base = 0
         self._recovery_position = 0
         self._last_flush_ms = clock.now_ms()
+        self._maintenance_due_ms = 0  # see maintenance_due_ms(); 0: look at the log now
         self._dir_dirty = False
         self._closing = False  # close() started: no more changes
         self._closed = False  # close() finished its flush: flush() is a no-op
@@ -414,6 +416,7 @@ class PartitionLog:
         """New settings apply from the next append, roll, retention or flush check."""
         with self._lock:
             self._config = config
+            self._maintenance_due_ms = 0
             for seg in self._segments:
                 seg.index_interval_bytes = config.index_interval_bytes
 
@@ -473,6 +476,7 @@ class PartitionLog:
                 raise
             seg.track(base, last, header.max_timestamp, position, entry_size, cfg.index_interval_bytes, header.size)
             self._leo = last + 1
+            self._maintenance_due_ms = 0
             header.base_offset = base
             header.partition_leader_epoch = leader_epoch
             result = AppendResult(base, last, seg.base_offset, position, entry_size, self._log_start, rolled)
@@ -719,6 +723,7 @@ class PartitionLog:
         seg.restore_stats_before(pos)
         seg.make_writable()
         self._leo = offset
+        self._maintenance_due_ms = 0  # an older segment may be the active one now
         self._hw = min(self._hw, offset)
         if self._recovery_point > offset or self._recovery_segment_base > seg.base_offset:
             self._recovery_point, self._recovery_segment_base, self._recovery_position = offset, seg.base_offset, pos
@@ -731,6 +736,7 @@ class PartitionLog:
         seg.index_interval_bytes = self._config.index_interval_bytes
         self._segments, self._bases = [seg], [offset]
         self._leo = self._log_start = self._hw = offset
+        self._maintenance_due_ms = 0
         self._recovery_point, self._recovery_segment_base, self._recovery_position = offset, offset, 0
         fsync_directory(self._dir)
 
@@ -808,6 +814,29 @@ class PartitionLog:
         self._dir_dirty = True
 
     # ---- durability --------------------------------------------------------------------------
+
+    @property
+    def maintenance_due_ms(self) -> int:
+        """The clock time before which neither maybe_roll nor needs_flush can say yes, as of
+        the last plan_maintenance(): the broker's flush and roll pass skips the log until then,
+        so an idle partition costs that pass one comparison. Only an append, new settings or a
+        truncation (an older segment may become the active one) can bring the time forward,
+        and each resets it to 0; a flush, roll or deletion only puts it later, so a stale value
+        then merely costs a look."""
+        return self._maintenance_due_ms
+
+    def plan_maintenance(self) -> None:
+        """Compute maintenance_due_ms from the log as it is now."""
+        with self._lock:
+            cfg = self._config
+            seg = self._segments[-1]
+            due = _NEVER
+            if seg.size > 0:
+                due = seg.created_ms + cfg.segment_ms + 1  # maybe_roll: now - created > segment.ms
+            unflushed = self._leo - self._recovery_point
+            if unflushed > 0:
+                due = 0 if unflushed >= cfg.flush_messages else min(due, self._last_flush_ms + cfg.flush_ms)
+            self._maintenance_due_ms = due
 
     def needs_flush(self, now_ms: int) -> bool:
         """flush.messages unflushed offsets, or flush.ms since the last flush with data unflushed."""
