@@ -919,10 +919,27 @@ class PartitionLog:
                 return
             self._closing = True
             self._segments[-1].seal()  # last time-index entry = largest timestamp, as for sealed segments
+            if self._nothing_to_persist():
+                self._closed = True
         self._flush(closing=True)
         with self._lock:
             for seg in self._segments:
                 seg.close()
+
+    def _nothing_to_persist(self) -> bool:
+        """A log never written to, with no checkpoint: opening its directory again gives the same
+        log with or without a clean-shutdown checkpoint (the segment's name says where it
+        starts), so its close writes nothing. A broker stopping right after creating thousands
+        of partitions spent three fsyncs on each (issue 28)."""
+        seg = self._segments[-1]
+        base = seg.base_offset
+        return (
+            self._checkpoint_on_disk is None
+            and len(self._segments) == 1
+            and seg.size == 0
+            and self._leo == self._log_start == self._hw == self._recovery_point == base
+            and (base == 0 or not self._dir_dirty)  # elsewhere only once its name is durable
+        )
 
     def _check_open(self) -> None:
         if self._closing:
