@@ -2,8 +2,9 @@
 
 Election: the `controller` key is created only when absent, under the broker's lease, so it
 disappears with its holder and any broker may take over. The active controller reconciles
-every partition against the live brokers whenever membership changes (and every heartbeat
-interval as a safety net): dead brokers leave the ISR, dead leaders are replaced
+every partition against the live brokers whenever membership, topics or the controller
+change (and every FULL_PASS_S as a safety net), and at every heartbeat interval the
+partitions whose state changed since: dead brokers leave the ISR, dead leaders are replaced
 (elections.py), partitions without a state (written by an older version, or a creation cut
 short) get one, and every `leader.imbalance.check.interval.seconds` leadership moves back
 to preferred replicas. Every write is a compare-and-set on the partition state's revision,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FULL_PASS_S = 10.0  # how often the controller looks at every partition without being woken
+
 
 class Controller:
     def __init__(
@@ -69,12 +72,22 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._last_rebalance_ms = clock.monotonic_ms()
+        # Partitions whose state changed since the last pass (the only ones whose decision can
+        # differ, while brokers and topics stay as they were), and whether the next pass must
+        # look at every partition: after a broker, topic or controller change, a failed pass,
+        # and every FULL_PASS_S as a safety net.
+        self._changed: set[TopicIdPartition] = set()
+        self._full_pass_due = True
+        self._last_full_pass_ms = clock.monotonic_ms()
         view.on_brokers_changed(self.wake)
         view.on_controller_changed(lambda _node: self.wake())
+        view.on_partition_changed(lambda pid, _state: self._changed.add(pid))
         catalog.subscribe(self._on_topic)
         membership.on_new_lease(lambda _lease: self._resign("broker lease renewed"))
 
     def wake(self) -> None:
+        """Reconcile every partition now (brokers, topics or the controller changed)."""
+        self._full_pass_due = True
         self._wake.set()
 
     async def _on_topic(self, _name: str, _topic: object) -> None:
@@ -121,6 +134,8 @@ class Controller:
             await self._campaign()
         if self.active:
             await self.reconcile()
+        else:
+            self._changed.clear()  # taking over starts with a full pass
 
     async def hand_over(self) -> None:
         """Controlled shutdown: stop deciding and, if this process holds the controller key,
@@ -175,16 +190,42 @@ class Controller:
             log.info("broker %d is the controller (its campaign's answer was lost)", self._config.node_id)
 
     async def reconcile(self) -> None:
+        """One pass. A full pass looks at every partition; between them, a pass looks only at
+        the partitions whose state changed since the last one (none, on an idle cluster: a
+        heartbeat tick then costs nothing per partition). A decision depends only on the
+        partition's state, the live and draining brokers and the topic's settings, and any
+        change of the last three wakes a full pass; a decision the last pass wrote, or failed
+        to write for a conflict, changed the state it was made for."""
         live = {b.node_id for b in self._view.brokers.values() if not b.stateless}
         if not live:
             return
+        now_ms = self._clock.monotonic_ms()
+        full = self._full_pass_due or now_ms - self._last_full_pass_ms >= FULL_PASS_S * 1000
+        changed, self._changed = self._changed, set()
+        if full:
+            self._full_pass_due, self._last_full_pass_ms = False, now_ms
+        try:
+            await self._reconcile(live, full, changed)
+        except BaseException:
+            self._full_pass_due = True  # decisions may be unwritten: look at everything again
+            raise
+
+    async def _reconcile(self, live: set[int], full: bool, changed: set[TopicIdPartition]) -> None:
         draining = {b.node_id for b in self._view.brokers.values() if b.draining and b.node_id in live}
-        await self._create_missing_states(live - draining or live)
+        if full:
+            await self._create_missing_states(live - draining or live)
         # the topic's unclean.leader.election.enable, else this broker's (its synonym)
         unclean = {str(t.topic_id) for t in self._catalog.all() if t.settings.unclean_leader_election}
         decisions: list[Decision] = []
         slices = LoopSlices(self._clock)
-        for pid in list(self._view.partitions):
+        # in the view's order either way, so that a pass writes its decisions in the same order
+        if full:
+            looked_at = list(self._view.partitions)
+        elif changed:
+            looked_at = [pid for pid in self._view.partitions if pid in changed]
+        else:
+            looked_at = []
+        for pid in looked_at:
             await slices.pause_if_due()
             state = self._view.partitions.get(pid)  # the newest: the pass may have yielded
             if state is None:

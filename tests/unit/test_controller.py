@@ -182,3 +182,58 @@ def test_a_conflict_in_a_batch_costs_only_the_conflicting_partition(tmp_path: Pa
             assert final.partition_epoch == states[contested].partition_epoch + 1
 
     asyncio.run(scenario())
+
+
+def test_an_idle_tick_looks_at_no_partition_and_a_changed_one_is_decided(tmp_path: Path, monkeypatch: Any) -> None:
+    """Regression (issue 28, item 4): every heartbeat tick (2 s) the controller ran every
+    partition through the election rules, 140 ms of the event loop per tick at 20,000
+    partitions for a cluster where nothing changed. Now a tick looks only at partitions whose
+    state changed since the last pass; a broker, topic or controller change still wakes a
+    pass over all of them."""
+    from broker.cluster import controller as controller_module, elections
+
+    looked_at: list[TopicIdPartition] = []
+    rule = elections.reconcile
+
+    def counting(state: Any, *args: Any, **kwargs: Any) -> Any:
+        looked_at.append(state)
+        return rule(state, *args, **kwargs)
+
+    monkeypatch.setattr(elections, "reconcile", counting)
+
+    async def scenario() -> None:
+        async with InProcessBroker(tmp_path) as harness:
+            broker = harness.broker
+            controller = broker.controller
+            await controller.stop()  # the test runs the passes
+            assert await harness.client().create_topic("t", 40) == 0
+            await controller.reconcile()  # a topic changed: a full pass
+            assert len(looked_at) >= 40
+            looked_at.clear()
+            await controller.reconcile()  # a tick on an idle cluster
+            assert looked_at == []
+            topic = broker.catalog.get("t")
+            assert topic is not None
+            pid = TopicIdPartition.of(topic.topic_id, 5)
+            kv = await broker.store.get(records.partition_key(*pid))
+            assert kv is not None
+            record = records.decode(kv.value, records.PartitionStateRecord)
+            with_dead = msgspec.structs.replace(record, replicas=[0, DEAD], isr=[0, DEAD])
+            await broker.store.put(kv.key, records.encode(with_dead), expected_revision=kv.revision)
+            for _ in range(200):
+                if broker.view.partitions[pid].record.isr == [0, DEAD]:
+                    break
+                await asyncio.sleep(0.01)
+            await controller.reconcile()  # the changed partition: its dead replica is fenced
+            assert looked_at == [with_dead]
+            assert broker.view.partitions[pid].record.isr == [0]
+            looked_at.clear()
+            controller.wake()  # what a broker, topic or controller change does
+            await controller.reconcile()
+            assert len(looked_at) >= 40
+            looked_at.clear()
+            monkeypatch.setattr(controller_module, "FULL_PASS_S", 0.0)  # the safety net's time
+            await controller.reconcile()
+            assert len(looked_at) >= 40
+
+    asyncio.run(scenario())
