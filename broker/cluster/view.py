@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..clock import Clock
+from ..loop_slices import RunSlices
 from ..metadata import EventType, KeyValue, MetadataError, MetadataStore
 from ..metadata import records
 from ..partition_ids import TopicIdPartition
@@ -48,6 +49,10 @@ class ClusterView:
         # up every topic's, and scanning every partition for each made it quadratic
         self._by_topic: dict[str, dict[int, PartitionState]] = {}
         self._keys: set[str] = set()  # every key applied, for the diff after a re-list
+        # Partition changes come in runs (a CreateTopics, a watch response of a failover's
+        # moves), and a hosting broker opens or re-roles a partition for each, milliseconds
+        # apiece: a run hands the event loop back every 20 ms (issue 28).
+        self._slices = RunSlices(clock)
         self._on_brokers: list[Callable[[], Any]] = []
         self._on_partition: list[Callable[[TopicIdPartition, PartitionState | None], Any]] = []
         self._on_controller: list[Callable[[int], Any]] = []
@@ -165,6 +170,7 @@ class ClusterView:
                 for node in {state.record.leader, records.NO_LEADER if known is None else known.record.leader}:
                     self._leadership_changed_at[node] = max(self._leadership_changed_at.get(node, 0), kv.revision)
             await self._tell(self._on_partition, pid, state)
+            await self._slices.pause_if_due()
         elif key.startswith(records.BROKER_PREFIX):
             record = records.decode(kv.value, records.BrokerRecord)
             if self.brokers.get(record.node_id) != record:
@@ -188,6 +194,7 @@ class ClusterView:
                 if not of_topic:
                     self._by_topic.pop(pid.topic_id, None)
                 await self._tell(self._on_partition, pid, None)
+                await self._slices.pause_if_due()
         elif key.startswith(records.BROKER_PREFIX):
             if self.brokers.pop(int(key[len(records.BROKER_PREFIX) :]), None) is not None:
                 await self._tell(self._on_brokers)
