@@ -775,7 +775,13 @@ class Partition:
         self.log.update_config(settings.log)
 
     def close(self) -> None:
+        self.close_durably()
+        self.log.release_files()
+
+    def close_durably(self) -> None:
+        """Everything close() writes (see PartitionLog.close_durably), safe on a worker thread
+        once nothing else uses the partition."""
         self.txn_index.flush(self.log.segment_base_offsets[-1])
         if self._snapshot_is_state_at != self.log.log_end_offset:  # else idle since its open: nothing to write
             self.producers.take_snapshot(self.directory, self.log.log_end_offset)
-        self.log.close()
+        self.log.close_durably()

@@ -914,6 +914,14 @@ class PartitionLog:
         Appends and other changes are refused from the moment close() starts, so the flush it
         does covers everything and the clean-shutdown checkpoint matches the files exactly.
         """
+        self.close_durably()
+        self.release_files()
+
+    def close_durably(self) -> None:
+        """close() but for closing the segment files: refuse changes, flush, write the
+        clean-shutdown checkpoint. It syncs through descriptors of its own, so a broker's stop
+        runs it for many logs at once on worker threads (the fsyncs overlap), then releases
+        the files on the event loop's thread (open_files.py is owner-thread only)."""
         with self._lock:
             if self._closing:
                 return
@@ -922,6 +930,9 @@ class PartitionLog:
             if self._nothing_to_persist():
                 self._closed = True
         self._flush(closing=True)
+
+    def release_files(self) -> None:
+        """Close every segment file (after close_durably; owner thread)."""
         with self._lock:
             for seg in self._segments:
                 seg.close()
