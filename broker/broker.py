@@ -76,6 +76,7 @@ from walfiles.keys import SEQUENCE_MODULUS, WalKeyAllocator, wal_prefix
 log = logging.getLogger(__name__)
 
 START_RETRY_MIN_S, START_RETRY_MAX_S = 0.5, 10.0  # backoff while the metadata store is unreachable at start
+_OPENING = "opening partitions"  # a start step /readyz reports with its progress
 STORE_PROBE_INTERVAL_S = 10.0  # how often the object store is probed (/readyz, shoal_object_store_usable)
 CONTROLLED_SHUTDOWN_POLL_S = 0.05  # how often a controlled shutdown looks at what it still leads
 STARTUP_CATCH_UP_MS = 30_000  # how long a starting broker waits for its view to reach the store
@@ -287,6 +288,7 @@ class Broker:
         )
         self.metrics.connections_paused.set_function(lambda: self.server.paused_connections)
         self.ready = False
+        self._start_step = "opening the metrics listener"  # what start() waits for now, for /readyz
         self.store_problem: str | None = None  # why the object store cannot be used (None: it can)
         self._store_watch: asyncio.Task[None] | None = None
         self.metrics_server = MetricsServer(self.metrics, self._not_ready)
@@ -301,6 +303,7 @@ class Broker:
         if self.config.metrics_listen:
             host, port = parse_host_port(self.config.metrics_listen, "metrics.listen")
             await self.metrics_server.start(host, port)
+        self._start_step = "reading the cluster id from the metadata store"
         self.cluster_id = await self._cluster_id()
         await self._probe_store()
         self._store_watch = asyncio.get_running_loop().create_task(self._watch_store(), name="object-store-probe")
@@ -309,10 +312,15 @@ class Broker:
             self.data_dir.check_cluster(self.cluster_id, self._metadata_name())
         self._start_diskless()
         await self.env.peers.serve(self.peers.handle)
+        self._start_step = "loading the cluster's metadata"
         await self.view.start()
+        self._start_step = "registering (an earlier registration of this node must expire first)"
         await self.membership.start()
+        self._start_step = "catching up with the metadata store"
         await self._catch_up_before_taking_roles()
+        self._start_step = _OPENING
         await self.replica_manager.start()
+        self._start_step = "starting the coordinators"
         await self.controller.step()  # a lone or first broker leads its partitions before serving
         self.controller.start()
         self.isr.start()
@@ -358,7 +366,13 @@ class Broker:
 
     def _not_ready(self) -> str | None:
         if not self.ready:
-            return "stopping" if self.stopping else "starting"
+            if self.stopping:
+                return "stopping"
+            step = self._start_step
+            if step == _OPENING:
+                done, total = self.replica_manager.opening
+                step = f"{_OPENING} ({done:,} of {total:,} partition states looked at)"
+            return f"starting: {step}"
         if self.store_problem is not None:
             return f"the object store {self.config.object_store_url} cannot be used: {self.store_problem}"
         return None

@@ -52,6 +52,8 @@ class ReplicaManager:
         self.waiters = waiters
         self._dir = None if config.stateless else config.data_path / "logs"  # stateless: hosts nothing
         self.partitions: dict[TopicPartition, Partition] = {}
+        # (partition states looked at, of how many) while start() opens the hosted replicas: /readyz
+        self.opening = (0, 0)
         self._tasks: list[asyncio.Task[None]] = []
         catalog.subscribe(self._on_topic_change)
         view.on_partition_changed(self._on_partition_state)
@@ -93,10 +95,13 @@ class ReplicaManager:
         partitions itself) and the metrics listener must go on (issue 28: a broker whose opens
         outlasted its 6 s lease exited with LeaseExpired and could not start again)."""
         slices = LoopSlices(self._clock)
-        for pid in list(self._view.partitions):
+        pids = list(self._view.partitions)
+        self.opening = (0, len(pids))
+        for done, pid in enumerate(pids, start=1):
             if not self._started:
                 return
             self._on_partition_state(pid, self._view.partitions.get(pid))  # the newest state, not the listed one
+            self.opening = (done, len(pids))
             await slices.pause_if_due()
 
     async def stop(self) -> None:
