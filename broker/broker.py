@@ -161,8 +161,16 @@ class Broker:
         self.fetcher = ReplicaFetcher(config, self.view, fetch_pool, self.metrics, self.cross_az, self.clock)
         self.replica_manager.on_role_changed(self.fetcher.on_role_changed)
         self.replica_service = ReplicaFetchService(
-            self.catalog, self.replica_manager, self.waiters, self.isr, self.clock
+            self.catalog,
+            self.replica_manager,
+            self.waiters,
+            self.isr,
+            self.clock,
+            max_sessions=config.max_incremental_fetch_session_cache_slots,
+            new_session_id=lambda: self.env.random.randrange(1, 1 << 31),
         )
+        self.replica_manager.on_role_changed(self.replica_service.on_role_changed)
+        self.metrics.replica_fetch_sessions.set_function(lambda: len(self.replica_service.sessions))
         self.metrics.controller_active.set_function(lambda: 1 if self.controller.active else 0)
         self.metrics.leader_partitions.set_function(
             lambda: sum(1 for p in self.replica_manager.partitions.values() if p.leader_state is not None)
@@ -540,7 +548,8 @@ class Broker:
         await self.server.stop()
         log.info("broker %d: Kafka listener closed", self.node_id)
         await self.wal.close()
-        self.replica_service.stopping = self.read_service.stopping = True
+        self.replica_service.stop_answering()
+        self.read_service.stopping = True
         await self.controller.stop()
         await self.membership.stop()  # followers and the controller learn of it now
         await self.isr.stop()

@@ -119,6 +119,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     replica_fetch_max_bytes: Positive = 1048576
     replica_fetch_wait_max_ms: NonNegative = 500
     replica_fetch_backoff_ms: NonNegative = 1000
+    max_incremental_fetch_session_cache_slots: NonNegative = 1000
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: Positive = 300

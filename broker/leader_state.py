@@ -127,6 +127,15 @@ class LeaderState:
         follower.last_fetch_ms = now_ms
         return True
 
+    def on_follower_caught_up(self, replica_id: int, as_of_ms: int) -> None:
+        """A replica fetch session vouches that the follower held the leader's whole log at
+        `as_of_ms` (its latest request; the follower names a partition only when its position
+        changes, replication/fetch_sessions.py): as a fetch at that time at the leader's LEO."""
+        follower = self._followers.get(replica_id)
+        if follower is not None:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, as_of_ms)
+            follower.last_fetch_ms = max(follower.last_fetch_ms, as_of_ms)
+
     def on_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
         """Record the log start offset a follower reported with its fetch; True when it
         changed (a DeleteRecords may be waiting for it)."""

@@ -155,6 +155,12 @@ class BrokerMetrics:
             "Partition-log entry bytes this broker copied from leaders as a follower.",
             registry=r,
         )
+        self.replica_fetch_sessions = Gauge(
+            "shoal_replica_fetch_sessions",
+            "Replica fetch sessions open on this broker as a leader (one per follower broker, at most "
+            "max.incremental.fetch.session.cache.slots).",
+            registry=r,
+        )
         self.leader_partitions = Gauge("shoal_leader_partitions", "Partitions this broker leads.", registry=r)
         self.leader_partitions_by_mode = Gauge(
             "shoal_leader_partitions_by_mode",

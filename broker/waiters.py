@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Hashable, Iterable
+from typing import Callable, Hashable, Iterable
 
 
 class FetchWaiters:
@@ -15,6 +15,12 @@ class FetchWaiters:
         # per key, the waiting futures in arrival order (a dict, not a set: woken first come,
         # first served, the same way in every run)
         self._waiting: dict[Hashable, dict[asyncio.Future[None], None]] = defaultdict(dict)
+        self._listeners: list[Callable[[Hashable], None]] = []
+
+    def subscribe(self, listener: Callable[[Hashable], None]) -> None:
+        """Told every notified key, whether or not a fetch waits for it (replica fetch
+        sessions remember which partitions changed between their requests)."""
+        self._listeners.append(listener)
 
     async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> None:
         """Return when any of `keys` is notified or after `timeout_s`."""
@@ -34,6 +40,8 @@ class FetchWaiters:
                         del self._waiting[key]
 
     def notify(self, key: Hashable) -> None:
+        for listener in self._listeners:
+            listener(key)
         for future in self._waiting.pop(key, ()):
             if not future.done():
                 future.set_result(None)

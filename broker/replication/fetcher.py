@@ -22,6 +22,7 @@ from ..producers import SnapshotError
 from ..protocol.errors import ErrorCode
 from ..rpc import RpcClientPool, RpcError
 from .divergence import truncation_offset
+from .fetch_sessions import FollowerSession
 from .messages import (
     NO_DIVERGENCE,
     REPLICATION_VERSION,
@@ -64,6 +65,7 @@ class ReplicaFetcher:
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
         self._delayed: dict[tuple[str, int], int] = {}  # partition -> monotonic ms until which it backs off
+        self._sessions: dict[int, FollowerSession] = {}  # leader -> our fetch session with it
 
     def on_role_changed(self, partition: "Partition") -> None:
         """Follow the partition's leader, or stop following when this broker leads it."""
@@ -88,6 +90,12 @@ class ReplicaFetcher:
         await asyncio.gather(*self._loops.values(), return_exceptions=True)
 
     async def _run(self, leader_id: int) -> None:
+        try:
+            await self._fetch_rounds(leader_id)
+        finally:
+            self._sessions.pop(leader_id, None)  # a later loop for this leader opens a new session
+
+    async def _fetch_rounds(self, leader_id: int) -> None:
         backoff_s = self._config.replica_fetch_backoff_ms / 1000
         while self._following.get(leader_id):
             self._wake[leader_id].clear()
@@ -102,22 +110,28 @@ class ReplicaFetcher:
                 await self._pause(leader_id, max(resume_ms - now, 1) / 1000)
                 continue
             epochs = {p.key: p.leader_epoch for p in sent}
+            current = {
+                (p.topic_id, p.index): FetchPartition(
+                    p.topic_id,
+                    p.index,
+                    p.log.log_end_offset,
+                    p.epochs.latest_epoch,
+                    p.leader_epoch,
+                    p.log_start_offset,
+                )
+                for p in sent
+            }
+            session = self._sessions.setdefault(leader_id, FollowerSession())
+            session_id, session_epoch, named, forgotten = session.request(current)
             request = ReplicaFetchRequest(
                 REPLICATION_VERSION,
                 self._config.node_id,
                 self._config.replica_fetch_wait_max_ms,
                 self._config.replica_fetch_max_bytes,
-                [
-                    FetchPartition(
-                        p.topic_id,
-                        p.index,
-                        p.log.log_end_offset,
-                        p.epochs.latest_epoch,
-                        p.leader_epoch,
-                        p.log_start_offset,
-                    )
-                    for p in sent
-                ],
+                named,
+                session_id,
+                session_epoch,
+                forgotten,
             )
             client = self._pool.get(leader_id, broker.rpc_host, broker.rpc_port)
             try:
@@ -126,15 +140,30 @@ class ReplicaFetcher:
                 )
             except RpcError as exc:
                 log.info("replica fetch from broker %d failed: %s", leader_id, exc)
+                session.reset()  # the leader may or may not have taken that request's epoch
                 await self._pause(leader_id, backoff_s)
+                continue
+            session.answered(current, response.session_id, response.error_code)
+            if response.error_code:  # the leader forgot the session (it restarted, or closed it)
+                log.info(
+                    "replica fetch session with broker %d: %s; starting a new one",
+                    leader_id,
+                    ErrorCode(response.error_code).name,
+                )
+                if session.refused > 1:  # refused again at once: something is wrong, do not spin
+                    await self._pause(leader_id, backoff_s)
                 continue
             self._cross_az.replicated(
                 client.address,
                 sum(len(data) for r in response.partitions for kind, data in r.entries if kind == EntryKind.RECORDS),
             )
-            for partition, result in zip(sent, response.partitions):
-                current = self._following.get(leader_id, {}).get(partition.key)
-                if current is not partition or partition.leader_epoch != epochs[partition.key]:
+            asked = {(p.topic_id, p.index): p for p in sent}
+            for result in response.partitions:
+                partition = asked.get((result.topic_id, result.partition))
+                if partition is None:
+                    continue
+                current_partition = self._following.get(leader_id, {}).get(partition.key)
+                if current_partition is not partition or partition.leader_epoch != epochs[partition.key]:
                     continue  # moved on while the request was in flight
                 try:
                     healthy = self._apply(partition, result)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Hashable
 
 from ..log import OffsetOutOfRangeError
-from ..protocol.errors import ApiError
+from ..partition_ids import TopicPartition
+from ..protocol.errors import ApiError, ErrorCode
 from ..reads.fencing import check_leader_epoch
 from .divergence import check_fetch_position
+from .fetch_sessions import NEW_SESSION, SESSIONLESS, LeaderSession, LeaderSessions, PartitionKey, key_of
 from .messages import (
     REPLICATION_VERSION,
     FetchedPartition,
@@ -31,6 +33,7 @@ from .messages import (
 
 if TYPE_CHECKING:
     from ..clock import Clock
+    from ..partition import Partition
     from ..replica_manager import ReplicaManager
     from ..topics import TopicCatalog
     from ..waiters import FetchWaiters
@@ -61,21 +64,147 @@ class ReplicaFetchService:
         waiters: "FetchWaiters",
         isr: "IsrUpdater",
         clock: "Clock",
+        max_sessions: int = 1000,
+        new_session_id: Callable[[], int] = lambda: 1,
     ) -> None:
         self._catalog = catalog
         self._replicas = replicas
         self._waiters = waiters
         self._isr = isr
         self._clock = clock
+        self._new_session_id = new_session_id
         self.stopping = False
-        # follower -> (topic id, partition) -> the high watermark and log start offset last
-        # sent; each follower's entry holds only the partitions of its latest request (all it
-        # follows here)
-        self._told: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
+        # Sessionless followers: follower -> (topic id, partition) -> the high watermark and
+        # log start offset last sent; each follower's entry holds only the partitions of its
+        # latest request (all it follows here)
+        self._told: dict[int, dict[PartitionKey, tuple[int, int]]] = {}
+        self.sessions = LeaderSessions(max_sessions)
+        self._looking: tuple[int, PartitionKey] | None = None  # (follower, partition) being looked at
+        waiters.subscribe(self._touched)
+
+    def stop_answering(self) -> None:
+        """Held requests answer now with what they have, and new ones at once (a stopping broker)."""
+        self.stopping = True
+        for session in self.sessions.by_replica.values():
+            session.wake()
 
     async def handle(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
         if request.version != REPLICATION_VERSION:
             raise ValueError(f"replica fetch version {request.version} is not supported")
+        if request.session_epoch == SESSIONLESS:
+            return await self._handle_sessionless(request)
+        now_ms = self._clock.now_ms()
+        if request.session_epoch == NEW_SESSION:
+            session = self.sessions.open(self._new_session_id(), request.replica_id, now_ms)
+            if session is None:  # at max.incremental.fetch.session.cache.slots: answered in full
+                return await self._handle_sessionless(request)
+        else:
+            session = self.sessions.by_replica.get(request.replica_id)
+            if session is None or session.id != request.session_id:
+                return ReplicaFetchResponse(REPLICATION_VERSION, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            if session.next_epoch != request.session_epoch:
+                self.sessions.close(request.replica_id)  # the follower starts over with a full request
+                return ReplicaFetchResponse(REPLICATION_VERSION, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        for key in request.forgotten:
+            self.sessions.unwatch(session, tuple(key))  # type: ignore[arg-type]  # msgspec decodes a list
+        named = session.update(request.partitions, ())
+        for wanted in request.partitions:
+            self.sessions.watch(session, key_of(wanted), TopicPartition(self._name(wanted), wanted.partition))
+        session.next_epoch += 1
+        session.last_request_ms = now_ms
+        results = await self._answer_session(request, session, named)
+        return ReplicaFetchResponse(REPLICATION_VERSION, results, session_id=session.id)
+
+    async def _answer_session(
+        self, request: ReplicaFetchRequest, session: LeaderSession, named: list[PartitionKey]
+    ) -> list[FetchedPartition]:
+        """Look at the partitions the request named and those touched since the last answer;
+        answer with the named ones and those with entries or news, at once if there are
+        entries or news, else when some partition of the session is touched or the wait is over
+        (long poll)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+        answers: dict[PartitionKey, FetchedPartition] = {}
+        again: dict[PartitionKey, None] = {}  # to look at in the next request's pass
+        named_set = set(named)
+        keys = named + [key for key in session.take_dirty() if key not in named_set]
+        sent = 0
+        urgent = False
+        while True:
+            for key in keys:
+                wanted = session.wants.get(key)
+                if wanted is None:
+                    continue  # forgotten meanwhile
+                self._looking = (session.replica_id, key)  # what this look changes, this answer tells
+                try:
+                    result = self._fetch(request.replica_id, wanted, request.max_bytes - sent)
+                finally:
+                    self._looking = None
+                sent += sum(len(data) for _, data in result.entries)
+                news = bool(result.entries) or _news(result, session.told)
+                urgent = urgent or news
+                if news or key in named_set:
+                    answers[key] = result
+                    if not result.error_code:
+                        session.told[key] = (result.high_watermark, result.partition_log_start_offset)
+                if self._settled(session, key, wanted, result):
+                    again.pop(key, None)
+                else:
+                    again[key] = None
+            remaining = deadline - loop.time()
+            if urgent or self.stopping or remaining <= 0:
+                for key in again:
+                    session.dirty[key] = None
+                return list(answers.values())
+            await session.wait(remaining)
+            keys = session.take_dirty()
+
+    def _settled(
+        self, session: LeaderSession, key: PartitionKey, wanted: FetchPartition, result: FetchedPartition
+    ) -> bool:
+        """After a look at one partition: steady if its follower holds the leader's whole log
+        and sits in the ISR (nothing to look at until the partition is touched). False when
+        the next request's pass must look again: the follower is behind (if the entries sent
+        now do not move it, they are sent again, as without a session), diverged, or caught
+        up outside the ISR (its expansion may have to be retried). An error needs neither:
+        the follower backs off that partition and names it again."""
+        session.steady.pop(key, None)
+        if result.error_code:
+            return True
+        partition = self._replicas.partitions.get(session.names[key]) if key in session.names else None
+        if partition is None or partition.leader_state is None:
+            return True
+        if (
+            result.diverging_epoch < 0
+            and wanted.fetch_offset == partition.log.log_end_offset
+            and session.replica_id in partition.leader_state.isr
+        ):
+            session.steady[key] = None
+            return True
+        return False
+
+    def on_role_changed(self, partition: "Partition") -> None:
+        """A partition's state changed (leadership, epoch, ISR): followers in a session look
+        at it again, so one that left the ISR while steady is offered to the ISR updater
+        again (an ISR change keeps the leader epoch, so the follower names nothing)."""
+        self._touched(partition.key)
+
+    def _touched(self, name: Hashable) -> None:
+        """A partition led here changed (an append, its high watermark or log start moved, it
+        was deleted): the sessions holding it look at it again. A steady follower held the
+        whole log when its session's latest request arrived, so it was caught up then, which
+        the ISR lag check must count (the follower will not name the partition again until it
+        has fetched what the change added)."""
+        for session, key in self.sessions.watching(name):  # type: ignore[arg-type]
+            if (session.replica_id, key) == self._looking:
+                continue
+            if key in session.steady:
+                partition = self._replicas.partitions.get(name)  # type: ignore[call-overload]
+                if partition is not None and partition.leader_state is not None:
+                    partition.leader_state.on_follower_caught_up(session.replica_id, session.last_request_ms)
+            session.touched(key)
+
+    async def _handle_sessionless(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
         while True:

@@ -28,7 +28,12 @@ class ReplicaFetchRequest(msgspec.Struct, tag="replica_fetch", array_like=True, 
     replica_id: int
     max_wait_ms: int
     max_bytes: int
-    partitions: list[FetchPartition]
+    partitions: list[FetchPartition]  # in a session: only those whose position changed
+    # Replica fetch sessions (fetch_sessions.py); the defaults are a sessionless request, as a
+    # follower from before sessions sends it (msgspec ignores trailing fields it does not know).
+    session_id: int = 0
+    session_epoch: int = -1
+    forgotten: list[tuple[str, int]] = []  # (topic id, partition) no longer followed here
 
 
 class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
@@ -55,4 +60,6 @@ class FetchedPartition(msgspec.Struct, array_like=True, frozen=True):
 
 class ReplicaFetchResponse(msgspec.Struct, tag="replica_fetch_response", array_like=True, frozen=True):
     version: int
-    partitions: list[FetchedPartition]
+    partitions: list[FetchedPartition]  # in a session: only those with entries or news, and those named
+    session_id: int = 0  # 0: no session (answered in full)
+    error_code: int = 0  # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: start a new session

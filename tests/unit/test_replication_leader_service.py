@@ -37,6 +37,10 @@ class Rig:
     def by_id(self, topic_id: uuid.UUID):  # type: ignore[no-untyped-def]
         return self if topic_id == TOPIC_ID else None
 
+    @property
+    def partitions(self):  # type: ignore[no-untyped-def]
+        return {self.partition.key: self.partition}
+
     def leader(self, name: str, index: int):  # type: ignore[no-untyped-def]
         self.partition.check_leader()
         return self.partition

@@ -83,6 +83,10 @@ class Replication:
     def by_id(self, topic_id: uuid.UUID):  # type: ignore[no-untyped-def]
         return SimpleNamespace(name=self.partition.topic) if topic_id == TOPIC_ID else None
 
+    @property
+    def partitions(self):  # type: ignore[no-untyped-def]
+        return {self.partition.key: self.partition}
+
     def leader(self, name: str, index: int) -> Partition:
         self.partition.check_leader()
         return self.partition
