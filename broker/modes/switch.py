@@ -30,7 +30,7 @@ from ..loop_slices import LoopSlices
 from ..metadata import KeyValue, MetadataError
 from .status import recorded_mode
 from ..metadata import records
-from ..partition_ids import TopicIdPartition
+from ..partition_ids import TopicIdPartition, TopicPartition
 from ..producers.open_transactions import open_transaction_age_s
 from ..protocol.errors import ApiError
 
@@ -73,10 +73,12 @@ class ModeSwitcher:
         self._task: asyncio.Task[None] | None = None
         self._writing: set[TopicIdPartition] = set()
         self._unfinished: list[Partition] = []  # led partitions the last pass did not finish
+        # partitions whose state or role changed since the last pass (a dict: ordered, deterministic)
+        self._changed: dict[TopicPartition, Partition] = {}
         self._full_pass_due = True
         self._last_full_pass = clock.monotonic()
         catalog.subscribe(self._on_topic)
-        replicas.on_role_changed(lambda _partition: self.wake())
+        replicas.on_role_changed(self._on_role_changed)
         metrics.led_partitions.source = self.led_partition_rows
         metrics.leader_partitions_by_mode.labels("diskless").set_function(lambda: self.led_by_mode(True))
         metrics.leader_partitions_by_mode.labels("classic").set_function(lambda: self.led_by_mode(False))
@@ -92,9 +94,15 @@ class ModeSwitcher:
             await asyncio.gather(self._task, return_exceptions=True)
 
     def wake(self) -> None:
-        """A topic's config or a partition's state or leadership changed: look at every
-        partition now, not at the next tick."""
+        """A topic's config changed: look at every partition now, not at the next tick."""
         self._full_pass_due = True
+        self._wake.set()
+
+    def _on_role_changed(self, partition: Partition) -> None:
+        """A partition's state or leadership changed: look at it now. Only at it: a failover
+        or a restart changes thousands, and a full pass for each change made the passes
+        quadratic (issue 28: most of a broker's time after a kill at 10,000 partitions)."""
+        self._changed[partition.key] = partition
         self._wake.set()
 
     async def _on_topic(self, _name: str, _topic: Topic | None) -> None:
@@ -117,16 +125,21 @@ class ModeSwitcher:
         switches. A full pass looks at every led partition; other ticks look only at those
         the last pass left unfinished, so an idle broker's tick costs nothing per partition
         (issue 28: a pass over 20,000 partitions twice a second was most of its idle CPU).
-        A full pass runs when woken (a topic changed, or a hosted partition's state or role)
-        and every FULL_PASS_S as a safety net."""
+        A full pass runs when a topic changed and every FULL_PASS_S as a safety net; a
+        partition whose state or role changed is looked at in the next pass."""
         now = self._clock.monotonic()
         full = self._full_pass_due or now - self._last_full_pass >= FULL_PASS_S
+        changed, self._changed = self._changed, {}
         if full:
             self._full_pass_due = False
             self._last_full_pass = now
             candidates = list(self._replicas.partitions.values())
         else:
+            looked = dict.fromkeys(p.key for p in self._unfinished)
             candidates = [p for p in self._unfinished if self._replicas.partitions.get(p.key) is p]
+            candidates += [
+                p for key, p in changed.items() if key not in looked and self._replicas.partitions.get(key) is p
+            ]
         unfinished: list[Partition] = []
         slices = LoopSlices(self._clock)
         for partition in candidates:

@@ -29,6 +29,7 @@ from broker.log.modes import (
 from broker.metadata.records import PartitionStateRecord
 from broker.log_validator import prepare_diskless
 from broker.partition import Partition
+from broker.partition_ids import TopicPartition
 from broker.protocol.batch import parse_header
 from broker.protocol.errors import ApiError, ErrorCode
 from broker.topic_config import effective
@@ -347,8 +348,8 @@ def test_a_wal_batch_admitted_before_a_switch_to_classic_never_lands_after_that_
 def test_an_idle_tick_looks_at_no_partition_and_a_change_wakes_a_full_pass(tmp_path: Path) -> None:
     """Regression (issue 28, item 4): every 0.5 s tick walked every led partition, most of an
     idle broker's CPU (29% of a core at 20,000 partitions). A tick now looks only at the
-    partitions whose switch the last pass left unfinished; a topic change still reaches them
-    all, and the leader gauges are read at scrape time."""
+    partitions whose switch the last pass left unfinished or whose state changed; a topic
+    change still reaches them all, and the leader gauges are read at scrape time."""
 
     async def scenario() -> None:
         async with InProcessBroker(tmp_path) as harness:
@@ -370,6 +371,14 @@ def test_an_idle_tick_looks_at_no_partition_and_a_change_wakes_a_full_pass(tmp_p
             visited.clear()
             await switcher.reconcile()
             assert visited == [], "an idle tick looked at partitions"
+            # Regression (issue 28): every state or role change woke a full pass, so a failover
+            # moving thousands of leaderships made thousands of passes over every partition.
+            changed = broker.replica_manager.partitions[TopicPartition("t", 3)]
+            for listener in broker.replica_manager._role_listeners:
+                listener(changed)
+            await switcher.reconcile()
+            assert visited == ["t"], "a role change looked at more than its partition"
+            visited.clear()
             assert sample(broker.metrics, "shoal_leader_partitions_by_mode", mode="diskless") == 40
             assert sample(broker.metrics, "shoal_partition_diskless", topic="t", partition="7") == 1
 
