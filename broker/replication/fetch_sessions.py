@@ -200,6 +200,13 @@ class FollowerSession:
         self.epoch += 1
         self.sent = dict(current)
 
+    def resend(self, topic_id: str, partition: int) -> None:
+        """Name this partition in the next request it is part of, whatever its position: its
+        answer was not applied (an error it backs off from, or it moved on meanwhile). Its
+        backoff may end before any request forgets it, and the leader, which holds it as
+        answered, would never look at it again (`tiered_delete_records` seed 987001)."""
+        self.sent.pop((topic_id, partition), None)
+
     def reset(self) -> None:
         """Start over with a full request (an answer was lost, or the leader forgot us)."""
         self.id, self.epoch, self.sent = NO_SESSION_ID, NEW_SESSION, {}

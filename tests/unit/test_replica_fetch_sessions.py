@@ -234,6 +234,62 @@ def test_a_follower_keeps_asking_in_full_a_leader_without_sessions(tmp_path: Pat
     asyncio.run(scenario())
 
 
+class RefusingOnceLeader:
+    """A leader with sessions that refuses the first look at every partition (as one whose
+    catalog does not know the topic yet), then answers nothing new."""
+
+    address = "leader:9093"
+
+    def __init__(self) -> None:
+        self.requests: list[ReplicaFetchRequest] = []
+
+    def get(self, node_id: int, host: str, port: int) -> "RefusingOnceLeader":
+        return self
+
+    async def call(self, request: ReplicaFetchRequest, timeout_s: float) -> ReplicaFetchResponse:
+        self.requests.append(request)
+        await asyncio.sleep(0.01)
+        first = len(self.requests) == 1
+        results = [
+            FetchedPartition(p.topic_id, p.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if first else 0, 0, 0)
+            for p in request.partitions
+        ]
+        return ReplicaFetchResponse(REPLICATION_VERSION, results, session_id=5)
+
+
+def test_a_partition_backing_off_is_named_again_when_its_backoff_ends(tmp_path: Path) -> None:
+    """Regression (simulation, `tiered_delete_records` seed 987001): a follower's only
+    partition on a leader was refused and backed off; no request went out meanwhile to
+    forget it, so when the backoff ended the follower thought the leader held its position
+    and named nothing, and the leader, having answered it, never looked at it again: the
+    follower stayed out of the ISR for good."""
+
+    async def scenario() -> None:
+        config = load_config(
+            overrides={
+                "node.id": "1",
+                "metrics.listen": None,
+                "replica.fetch.backoff.ms": "50",
+                "replica.fetch.wait.max.ms": "10",
+            },
+            environ={},
+        )
+        view = SimpleNamespace(brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=9093)})
+        cross_az = SimpleNamespace(replicated=lambda address, nbytes: None)
+        leader = RefusingOnceLeader()
+        fetcher = ReplicaFetcher(config, view, leader, BrokerMetrics(), cross_az, SystemClock())  # type: ignore[arg-type]
+        partition = open_partition(tmp_path / "t-0", ManualClock(CLOCK_START))
+        partition.topic_id = str(TOPIC_ID)
+        partition.make_follower(PartitionStateRecord(1, [0, 1], 0, 1, [0, 1]), 2)
+        fetcher.on_role_changed(partition)
+        await asyncio.sleep(0.3)
+        await fetcher.stop()
+        named = [len(r.partitions) for r in leader.requests]
+        assert named[0] == 1 and any(named[1:]), f"partitions named per request: {named}"
+
+    asyncio.run(scenario())
+
+
 def test_the_follower_names_only_what_changed_and_forgets_what_it_left() -> None:
     def wanted(index: int, offset: int) -> FetchPartition:
         return FetchPartition("tid", index, offset, -1, 1, 0)
