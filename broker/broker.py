@@ -127,7 +127,15 @@ class Broker:
         self.metrics.log_open_files.set_function(lambda: len(self.open_files))
         self.metrics.log_open_files_max.set(self.open_files.limit or 0)
         self.replica_manager = ReplicaManager(
-            config, self.catalog, self.view, self.clock, self.metrics, self.waiters, env.new_uuid, self.open_files
+            config,
+            self.catalog,
+            self.view,
+            self.clock,
+            self.metrics,
+            self.waiters,
+            env.new_uuid,
+            self.open_files,
+            heap=env.heap,
         )
         self.incarnation = env.new_uuid().hex
         self.router = AzRouter(self.view, config.az)

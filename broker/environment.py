@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .clock import Clock, SystemClock
 from .config import parse_host_port
+from .heap import HeapFreezer
 from .metadata import MetadataStore, open_store
 from .objectstore import ObjectStore, RequestObserver, open_object_store
 from .randomness import Random, new_uuid
@@ -69,6 +70,9 @@ class Environment:
     objects: ObjectStore
     peers: PeerTransport
     tiering_jobs: TieringJobs | None = None  # None: Spark (tiering.spark.*); simulations run jobs in-process
+    # Freezes long-lived partition state out of full garbage collections (heap.py); None:
+    # never (simulations and in-process tests share one interpreter among many brokers)
+    heap: HeapFreezer | None = None
 
     def new_uuid(self) -> uuid.UUID:
         """A random (version 4) UUID from `random`: topic ids, incarnations, cluster ids."""
@@ -91,4 +95,5 @@ class Environment:
                 rng=rng,
             ),
             peers=TcpPeers(config.rpc_listen, PeerRequest, PeerResponse),
+            heap=HeapFreezer(),
         )

@@ -16,6 +16,7 @@ from typing import Awaitable, Callable
 from .clock import Clock
 from .cluster.view import ClusterView, PartitionState
 from .config import BrokerConfig
+from .heap import HeapFreezer
 from .log.open_files import OpenFiles
 from .loop_slices import LoopSlices
 from .metrics import BrokerMetrics
@@ -40,8 +41,10 @@ class ReplicaManager:
         waiters: FetchWaiters,
         new_uuid: Callable[[], uuid.UUID],
         open_files: OpenFiles | None = None,
+        heap: HeapFreezer | None = None,
     ) -> None:
         self._config = config
+        self._heap = heap  # freezes opened partitions' state out of full garbage collections (heap.py)
         self._open_files = open_files  # the broker's bound on open segment files (log/open_files.py)
         self._new_uuid = new_uuid
         self._catalog = catalog
@@ -97,6 +100,8 @@ class ReplicaManager:
         slices = LoopSlices(self._clock)
         pids = list(self._view.partitions)
         self.opening = (0, len(pids))
+        if self._heap is not None:
+            self._heap.settled()  # the loaded metadata: long-lived, out of full collections
         for done, pid in enumerate(pids, start=1):
             if not self._started:
                 return
@@ -196,6 +201,8 @@ class ReplicaManager:
         partition.created_diskless = topic.born_diskless
         self.partitions[TopicPartition(topic.name, index)] = partition
         self._metrics.partitions.set(len(self.partitions))
+        if self._heap is not None:
+            self._heap.opened()
         return partition
 
     async def _delete_topic(self, name: str) -> None:
@@ -211,6 +218,8 @@ class ReplicaManager:
             doomed.append(tombstone)
             self.waiters.notify(key)
         self._metrics.partitions.set(len(self.partitions))
+        if self._heap is not None and doomed:
+            self._heap.removed(len(doomed))
         if doomed:
             await asyncio.get_running_loop().run_in_executor(None, _remove_trees, doomed)
 
