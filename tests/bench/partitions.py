@@ -3,7 +3,8 @@ has file descriptors for, the way the embedded default is run.
 
 The broker runs with RLIMIT_NOFILE lowered to --nofile (default 2,000; `log.open.files.max`
 then defaults to half of it) and gets --partitions diskless partitions (default 4,000, in
-topics of 250: larger CreateTopics outlast the admin client's 10 s timeout, issue 28 item 3).
+topics of 250: larger CreateTopics outlast the admin client's 10 s timeout, issue 28 item 3)
+and --classic-partitions classic ones (default 0; issue 28's goal is 20,000 plus 2,000).
 Each partition was three open files before the bound, so the old broker failed at about a
 third of --nofile. It measures: creation time, one record produced to every partition with
 librdkafka's defaults and read back, open descriptors and RSS, then kill -9 and the time
@@ -79,16 +80,21 @@ def full_metadata_s(broker: BrokerProcess) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=4000)
+    parser.add_argument("--classic-partitions", type=int, default=0)
     parser.add_argument("--nofile", type=int, default=2000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="shoal-bench-partitions-") as work:
         broker = BrokerProcess(Path(work) / "data", Path(work) / "broker.log", command=low_nofile(args.nofile))
         try:
             broker.start()
-            topics = [f"scale-{i}" for i in range(args.partitions // TOPIC_PARTITIONS)]
+            modes = {f"scale-{i}": "true" for i in range(args.partitions // TOPIC_PARTITIONS)}
+            modes.update({f"classic-{i}": "false" for i in range(args.classic_partitions // TOPIC_PARTITIONS)})
+            topics = list(modes)
             started = time.monotonic()
-            for topic in topics:
-                create_topic(broker.bootstrap, topic, partitions=TOPIC_PARTITIONS, configs={"diskless.enable": "true"})
+            for topic, diskless in modes.items():
+                create_topic(
+                    broker.bootstrap, topic, partitions=TOPIC_PARTITIONS, configs={"diskless.enable": diskless}
+                )
             print(f"created {len(topics) * TOPIC_PARTITIONS} partitions in {time.monotonic() - started:.1f} s")
             sent = {topic: one_record_each(TOPIC_PARTITIONS, topic) for topic in topics}
             started = time.monotonic()
