@@ -176,6 +176,7 @@ class FollowerSession:
         self.id = NO_SESSION_ID
         self.epoch = NEW_SESSION
         self.sent: dict[PartitionKey, FetchPartition] = {}  # the positions the leader holds for us
+        self.unapplied: dict[PartitionKey, None] = {}  # answers not applied since the last request
         self.refused = 0  # answers in a row that refused the session (the fetcher then backs off)
 
     def request(
@@ -187,6 +188,7 @@ class FollowerSession:
             return NO_SESSION_ID, NEW_SESSION, list(current.values()), []
         changed = [wanted for key, wanted in current.items() if self.sent.get(key) != wanted]
         forgotten = [key for key in self.sent if key not in current]
+        forgotten += [key for key in self.unapplied if key not in current and key not in self.sent]
         return self.id, self.epoch, changed, forgotten
 
     def answered(self, current: dict[PartitionKey, FetchPartition], session_id: int, error_code: int) -> None:
@@ -199,14 +201,20 @@ class FollowerSession:
             self.id, self.epoch = session_id, NEW_SESSION
         self.epoch += 1
         self.sent = dict(current)
+        self.unapplied = {}
 
-    def resend(self, topic_id: str, partition: int) -> None:
-        """Name this partition in the next request it is part of, whatever its position: its
-        answer was not applied (an error it backs off from, or it moved on meanwhile). Its
-        backoff may end before any request forgets it, and the leader, which holds it as
-        answered, would never look at it again (`tiered_delete_records` seed 987001)."""
-        self.sent.pop((topic_id, partition), None)
+    def unapplied_answer(self, topic_id: str, partition: int) -> None:
+        """This partition's answer was not applied (an error it now backs off from, or it
+        moved on while the request was in flight). The next request forgets it if it is not
+        part of it (backing off: a leader holding a follower that is behind would send it
+        entries in every answer, at once, a busy loop until the backoff ended; `tiered_delete_
+        records` seed 990015), and names it whatever its position once it is part of one
+        again (the leader, having answered it, would otherwise never look at it again; seed
+        987001)."""
+        key = (topic_id, partition)
+        self.sent.pop(key, None)
+        self.unapplied[key] = None
 
     def reset(self) -> None:
         """Start over with a full request (an answer was lost, or the leader forgot us)."""
-        self.id, self.epoch, self.sent = NO_SESSION_ID, NEW_SESSION, {}
+        self.id, self.epoch, self.sent, self.unapplied = NO_SESSION_ID, NEW_SESSION, {}, {}

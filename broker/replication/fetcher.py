@@ -164,7 +164,7 @@ class ReplicaFetcher:
                     continue
                 current_partition = self._following.get(leader_id, {}).get(partition.key)
                 if current_partition is not partition or partition.leader_epoch != epochs[partition.key]:
-                    session.resend(result.topic_id, result.partition)
+                    session.unapplied_answer(result.topic_id, result.partition)
                     continue  # moved on while the request was in flight
                 try:
                     healthy = self._apply(partition, result)
@@ -176,7 +176,7 @@ class ReplicaFetcher:
                     partition.fetched_in_epoch = epochs[partition.key]
                 else:  # this partition backs off; the others go on (the leader long-polls for them)
                     self._delayed[partition.key] = self._clock.monotonic_ms() + int(backoff_s * 1000)
-                    session.resend(result.topic_id, result.partition)  # named again once it is back
+                    session.unapplied_answer(result.topic_id, result.partition)  # named again once it is back
 
     def _apply(self, partition: "Partition", result: FetchedPartition) -> bool:
         """Apply one partition's answer; False when it failed (that partition backs off)."""

@@ -290,6 +290,56 @@ def test_a_partition_backing_off_is_named_again_when_its_backoff_ends(tmp_path: 
     asyncio.run(scenario())
 
 
+def test_a_partition_backing_off_while_behind_does_not_make_its_leader_spin(tmp_path: Path) -> None:
+    """Regression (simulation, `tiered_delete_records` seed 990015: 3,000,000 loop steps at
+    one virtual instant): a follower behind its leader failed to apply the entries sent and
+    backed off, but its session still held the partition, so the leader sent the same
+    entries at once in every answer until the backoff ended. The follower now forgets a
+    partition it backs off from."""
+
+    async def scenario() -> None:
+        leader = Leader(tmp_path / "leader", 2)
+        for _ in range(3):
+            leader.append(0)
+        calls = 0
+
+        class Pool:
+            address = "leader:9093"
+
+            def get(self, node_id: int, host: str, port: int) -> "Pool":
+                return self
+
+            async def call(self, request: ReplicaFetchRequest, timeout_s: float) -> ReplicaFetchResponse:
+                nonlocal calls
+                calls += 1
+                return await leader.service.handle(request)
+
+        config = load_config(
+            overrides={
+                "node.id": "1",
+                "metrics.listen": None,
+                "replica.fetch.backoff.ms": "1000",
+                "replica.fetch.wait.max.ms": "20",
+            },
+            environ={},
+        )
+        view = SimpleNamespace(brokers={0: SimpleNamespace(rpc_host="leader", rpc_port=9093)})
+        cross_az = SimpleNamespace(replicated=lambda address, nbytes: None)
+        fetcher = ReplicaFetcher(config, view, Pool(), BrokerMetrics(), cross_az, SystemClock())  # type: ignore[arg-type]
+        apply = fetcher._apply
+        fetcher._apply = lambda partition, result: partition.index != 0 and apply(partition, result)  # type: ignore[method-assign]
+        for index in range(2):  # t-0 cannot apply what it gets; t-1, steady, keeps the requests going
+            follower = open_partition(tmp_path / f"follower-{index}", ManualClock(CLOCK_START))
+            follower.index, follower.key, follower.topic_id = index, TopicPartition("t", index), str(TOPIC_ID)
+            follower.make_follower(PartitionStateRecord(1, [0, 1, 2], 0, EPOCH, [0, 1, 2]), 2)
+            fetcher.on_role_changed(follower)
+        await asyncio.sleep(0.5)
+        await fetcher.stop()
+        assert calls <= 0.5 / 0.02 + 3, f"{calls} replica fetches in half a second"
+
+    asyncio.run(scenario())
+
+
 def test_the_follower_names_only_what_changed_and_forgets_what_it_left() -> None:
     def wanted(index: int, offset: int) -> FetchPartition:
         return FetchPartition("tid", index, offset, -1, 1, 0)
@@ -303,6 +353,9 @@ def test_the_follower_names_only_what_changed_and_forgets_what_it_left() -> None
     assert session.request(moved) == (77, 1, [wanted(1, 5)], [("tid", 2)])
     session.answered(moved, 77, 0)
     assert session.request(moved) == (77, 2, [], [])
+    session.unapplied_answer("tid", 1)  # backing off: forgotten until it is wanted again
+    assert session.request({("tid", 0): wanted(0, 0)}) == (77, 2, [], [("tid", 1)])
+    assert session.request(moved) == (77, 2, [wanted(1, 5)], [])
     session.answered(moved, 0, ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     assert session.request(moved) == (NO_SESSION_ID, NEW_SESSION, list(moved.values()), [])
     assert session.refused == 1
