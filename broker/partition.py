@@ -34,7 +34,8 @@ from . import log_validator
 from .log.coordinates import WalRef, encode_ref
 from .protocol.batch import BatchHeader, parse_header
 from .protocol.errors import ApiError, ErrorCode
-from .log.epochs import LeaderEpochCache
+from .log.epochs import CHECKPOINT_FILE as EPOCH_CHECKPOINT_FILE
+from .log.epochs import LeaderEpochCache, TornEpochCheckpointError
 from .leader_state import LeaderState
 from .topic_config import TopicSettings
 from .wal_references import WalReferences
@@ -58,6 +59,25 @@ def _end_txn(header: BatchHeader, data: memoryview | bytes | bytearray) -> EndTx
         return None
     marker = decode_txn_marker(data)
     return EndTxn(marker.commit, marker.coordinator_epoch)
+
+
+def _recovered_epochs(name: str, directory: Path, log_: PartitionLog) -> LeaderEpochCache:
+    """The partition's leader-epoch cache with what a power loss may have cost it taken back
+    from the log: from where the log's recovery verified after an unclean stop, from the log
+    start when the file is torn (epochs.py)."""
+    report = log_.last_recovery
+    try:
+        epochs = LeaderEpochCache.open(directory)
+        if report.clean_shutdown:
+            return epochs
+        rebuild_from = report.verified_from
+    except TornEpochCheckpointError as e:
+        log.warning("%s: %s; rebuilding it from the log", name, e)
+        epochs, rebuild_from = LeaderEpochCache(directory / EPOCH_CHECKPOINT_FILE), 0
+    epochs.rebuild(
+        rebuild_from, ((e.header.partition_leader_epoch, e.base_offset) for e in log_.iter_entries(rebuild_from))
+    )
+    return epochs
 
 
 class Partition:
@@ -98,7 +118,8 @@ class Partition:
         # retry (producers/barriers.py), as Kafka's would behind a log directory gone offline.
         self.barriers = SequenceBarriers(max_barriers, clock.monotonic)
         self.settings = settings
-        self.epochs = LeaderEpochCache.open(directory)
+        self.epochs = _recovered_epochs(f"{topic}-{index}", directory, log_)
+        log_.before_recovery_point_moves.append(self.epochs.sync)
         if self.epochs.latest_epoch < 0 and log_.log_end_offset > log_.log_start_offset:
             self.epochs.assign(0, log_.log_start_offset)  # written before epochs were tracked: all epoch 0
         self.leader_epoch = max(self.epochs.latest_epoch, 0)
@@ -530,6 +551,7 @@ class Partition:
         )
         self.log.restart_at(header.base_offset, log_start_offset=leo)
         self.epochs.truncate_from_end(header.base_offset)
+        self.epochs.sync()
 
     def truncate_to(self, offset: int) -> None:
         """Drop a divergent tail (follower, after comparing leader epochs with the leader).
@@ -568,6 +590,7 @@ class Partition:
         self._snapshot_is_state_at = None
         self.log.restart_at(offset)
         self.epochs.truncate_from_end(0)
+        self.epochs.sync()  # the old log's entries lie below the new recovery point (epochs.py)
         self.producers.start_over(self.directory, offset, state)
         self.producers.on_high_watermark(self.log.high_watermark)
 

@@ -147,6 +147,7 @@ class RecoveryReport:
     truncated_bytes: int = 0
     deleted_segments: list[int] = field(default_factory=list)  # dropped because they followed corruption
     rebuilt_indexes: list[int] = field(default_factory=list)  # trusted segments whose index files were bad
+    verified_from: int = 0  # the offset verification started at: what lies below it was flushed
 
 
 class PartitionLog:
@@ -186,6 +187,10 @@ class PartitionLog:
         # Called with the first offset dropped, after truncate_to/restart_at cut entries off
         # the end: anything derived from entries at or above it (wal_references.py) is stale.
         self.truncation_listeners: list[Callable[[int], object]] = []
+        # Called by flush, possibly on a worker thread, after the data is synced and before the
+        # recovery point moves: state derived from the entries that is written without fsync
+        # (the leader-epoch cache) must be durable before recovery stops looking at them.
+        self.before_recovery_point_moves: list[Callable[[], object]] = []
 
     # ---- open / recovery ---------------------------------------------------------------------
 
@@ -219,7 +224,7 @@ class PartitionLog:
             self._segments, self._bases = [seg], [base]
             self._dir_dirty = True
             self._leo = self._recovery_point = self._recovery_segment_base = base
-            self._log_start = self._hw = base
+            self._log_start = self._hw = report.verified_from = base
             return  # no checkpoint yet: the segment's name says where the log starts
         segs = [Segment.existing(directory, b, now, self._files) for b in bases]
         for i, seg in enumerate(segs):
@@ -302,6 +307,7 @@ class PartitionLog:
             rseg.base_offset,
             start_pos,
         )
+        report.verified_from = start_offset
         lso = ckpt.log_start_offset if ckpt else 0
         self._log_start = min(max(lso, segs[0].base_offset), self._leo)
         self._hw = min(max(ckpt.high_watermark if ckpt else 0, self._log_start), self._leo)
@@ -872,6 +878,8 @@ class PartitionLog:
                     seg.sync(otail, olen, ttail, tlen)
                 if dir_dirty:
                     fsync_directory(self._dir)
+                for listener in self.before_recovery_point_moves:
+                    listener()
             except BaseException:
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or dir_dirty
