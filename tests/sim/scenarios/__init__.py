@@ -10,3 +10,4 @@ from . import tiering  # noqa: F401
 from . import mode_switch  # noqa: F401
 from . import transactions  # noqa: F401
 from . import tiered_delete_records  # noqa: F401
+from . import scale  # noqa: F401
