@@ -101,14 +101,15 @@ class ClusterView:
             try:
                 async with await self._store.watch("", start_revision=self._revision + 1) as watch:
                     async for event in watch:
-                        self._revision = max(self._revision, event.revision)
                         if event.type is EventType.PUT:
                             await self.apply_put(event.kv)
                         else:
                             await self.apply_delete(event.kv.key)
                         # a revision is applied once all its changes are (a transaction's
-                        # come one by one, and applying one lets other tasks run)
+                        # come one by one, and applying one lets other tasks run); a watch
+                        # that breaks inside one resumes at it, not after it
                         done = event.revision if event.last_in_revision else event.revision - 1
+                        self._revision = max(self._revision, done)
                         self.applied_revision = max(self.applied_revision, done)
             except asyncio.CancelledError:
                 raise

@@ -132,6 +132,20 @@ class ControlPlane:
         self.sim.trace.record("control", "node %d started%s in %s", node_id, " (candidate)" if candidate else "", az)
         return self.nodes[node_id]
 
+    async def supervise(self) -> None:
+        """What a process supervisor does: a node whose start failed (a broker exits, e.g. when
+        the store's answer to its lease grant was lost) is started again."""
+        while True:
+            await asyncio.sleep(1.0)
+            for node_id, cp in sorted(self.nodes.items()):
+                failed = cp.started.done() and not cp.started.cancelled() and cp.started.exception() is not None
+                if node_id not in self.down and failed:
+                    self.sim.trace.record(
+                        "control", "node %d exited at start (%s): starting it again", node_id, cp.started.exception()
+                    )
+                    crash(self.sim.loop, cp.node)
+                    self.start(node_id, candidate=cp.controller is not None)
+
     def crash(self, node_id: int) -> None:
         """kill -9: the node's tasks freeze; its registration goes when its lease runs out."""
         crash(self.sim.loop, self.nodes[node_id].node)

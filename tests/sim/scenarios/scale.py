@@ -191,8 +191,8 @@ async def faults(plane: ControlPlane, auditor: StateAuditor, rng: SimRandom, unt
 
     async def come_back(node_id: int, after_s: float) -> None:
         await asyncio.sleep(after_s)
-        cp = plane.start(node_id, candidate=node_id in CANDIDATES)
-        while node_id not in auditor.registered or not cp.running:
+        plane.start(node_id, candidate=node_id in CANDIDATES)
+        while node_id not in auditor.registered or not plane.nodes[node_id].running:  # restarted if its start fails
             await asyncio.sleep(0.2)
         deadline = loop.time() + SETTLE_S
         while not auditor.rejoined(node_id):
@@ -281,6 +281,7 @@ async def scale(sim: Sim) -> dict[str, int]:
     plane = ControlPlane(sim, AZS, metadata)
     auditor = StateAuditor(sim, metadata.inner)
     await auditor.start()
+    supervisor = asyncio.get_running_loop().create_task(plane.supervise(), name="supervisor")
     try:
         for node_id in range(NODES):
             plane.start(node_id, candidate=node_id in CANDIDATES)
@@ -311,5 +312,6 @@ async def scale(sim: Sim) -> dict[str, int]:
             "max_leaderless_ms": round(auditor.max_leaderless_s * 1000),
         }
     finally:
+        supervisor.cancel()
         auditor.stop()
         plane.close()
