@@ -149,6 +149,32 @@ def test_a_dead_brokers_leaderships_move_in_a_few_transactions(tmp_path: Path) -
     asyncio.run(scenario())
 
 
+def test_the_controller_writes_every_transaction_before_taking_its_own_new_roles(tmp_path: Path) -> None:
+    """Regression (issue 28): the controller applied each transaction's writes to its own
+    view, and so took up its own broker's new leaderships (milliseconds each), before it
+    sent the next transaction: the last of 3,350 leaderships moved after a kill was written
+    4 s after the first. The view's watch is stopped here, so every change it applies comes
+    from the controller."""
+
+    async def scenario() -> None:
+        async with InProcessBroker(tmp_path) as harness:
+            pids = set(await led_by_a_dead_broker(harness))
+            broker = harness.broker
+            await broker.view.stop()
+            controller = broker.controller
+            counting = CountingStore(controller._store)
+            controller._store = counting
+            applied_after: list[int] = []  # transactions written when each change reached the view
+            broker.view.on_partition_changed(
+                lambda pid, _state: applied_after.append(counting.txns) if pid in pids else None
+            )
+            await controller.reconcile()
+            assert len(applied_after) == PARTITIONS
+            assert set(applied_after) == {3}, f"changes applied after {sorted(set(applied_after))} transactions"
+
+    asyncio.run(scenario())
+
+
 def test_a_conflict_in_a_batch_costs_only_the_conflicting_partition(tmp_path: Path) -> None:
     """A leader changed one partition's state after the controller read it: the batch's
     transaction fails as a whole, the other partitions are still written, and the changed
