@@ -110,7 +110,7 @@ def run_seeds(
     return outcome
 
 
-def _worker(task: tuple[str, list[int], int | None, bool, bool]) -> Outcome:
+def run_chunk(task: tuple[str, list[int], int | None, bool, bool]) -> Outcome:
     name, seeds, trace_lines, digest, strict = task
     try:
         return run_seeds(get(name), seeds, trace_lines, digest=digest, strict=strict)
@@ -142,7 +142,7 @@ def sweep(
     ]
     started = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        for part in pool.imap_unordered(_worker, tasks):
+        for part in pool.imap_unordered(run_chunk, tasks):
             total = outcomes[part.scenario]
             total.seeds += part.seeds
             total.virtual_s += part.virtual_s

@@ -78,3 +78,20 @@ REGRESSION_SEEDS = [
 def test_regression_seeds_pass(scenario: str, seed: int) -> None:
     result = sim_cli("--scenario", scenario, "--seeds", f"{seed}..{seed + 1}", "--jobs", "1")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+
+
+def test_sim_long_runs_fresh_seeds_until_the_hours_are_covered() -> None:
+    """`make sim-long` at a size CI affords: half a simulated hour of one cheap scenario."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.sim.long", "--hours", "0.5", "--jobs", "1", "--scenarios", "diskless_write"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = next(line for line in result.stdout.splitlines() if line.strip().startswith("diskless_write"))
+    hours, seeds, failed = report.split()[1], report.split()[3], report.split()[-2]
+    assert float(hours) >= 0.5 and int(seeds) > 0 and failed == "0", report
