@@ -101,6 +101,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.failover_scale
 	$(BIN)/python -m tests.bench.metadata_scale
 	$(BIN)/python -m tests.bench.partition_load
+	$(BIN)/python -m tests.bench.fetch_fanout
 	$(BIN)/python -m tests.bench.az
 	$(BIN)/python -m tests.bench.walgc
 	$(BIN)/python -m tests.bench.tiering

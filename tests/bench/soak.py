@@ -3,8 +3,8 @@
 The cluster: 3 brokers in 3 AZs plus a stateless broker per AZ (tests' DevCluster), etcd,
 and moto behind tests/s3proxy.py (20 ms per PUT, 10 ms per GET); --partitions partitions of
 RF 3, half diskless, half classic, in topics of 100. For --minutes:
-  - an idempotent producer and a plain one (acks=all) write to every partition in turn,
-    through the brokers of their AZ; a transactional producer writes transactions of 10
+  - an idempotent producer and a plain one (acks=all) write --rate records/s each (50) to
+    every partition in turn, through the brokers of their AZ; a transactional producer writes transactions of 10
     records over 5 partitions, committing three in four and aborting the fourth;
   - a consumer group of two members reads the classic topics and commits every 5 s;
   - a read_committed reader tails every partition from the start;
@@ -31,6 +31,7 @@ import csv
 import itertools
 import os
 import random
+import signal
 import statistics
 import struct
 import sys
@@ -42,7 +43,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.devcluster.brokers import BrokerProcess
@@ -53,6 +54,7 @@ from .diskless import object_store_url, s3_endpoint
 
 RECORD = struct.Struct(">Bq")  # producer kind, sequence
 IDEMPOTENT, PLAIN, TRANSACTIONAL = 1, 2, 3
+KIND_NAMES = {IDEMPOTENT: "idempotent", PLAIN: "plain", TRANSACTIONAL: "transactional"}
 TOPIC_PARTITIONS = 100
 SAMPLE_S = 10.0
 DELAYS = {"PUT": 20, "GET": 10}
@@ -67,10 +69,18 @@ class Ledger:
     acked: dict[int, dict[int, tuple[str, int]]] = field(default_factory=lambda: defaultdict(dict))  # kind -> seq -> tp
     aborted: set[int] = field(default_factory=set)  # transactional sequences of aborted transactions
     failed: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # kind -> definite failures
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # error name -> count
     tailed: int = 0
     commits: dict[tuple[str, int], int] = field(default_factory=dict)  # committed offsets seen so far
     went_back: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+    def count_failure(self, kind: int, error: KafkaError) -> None:
+        with self.lock:
+            self.failed[kind] += 1
+            self.errors[f"{KIND_NAMES[kind]}: {error.name()}"] += 1
+            if error.fatal():
+                self.problems.append(f"{KIND_NAMES[kind]} producer: fatal error {error}")
 
 
 def partitions_of(names: list[str]) -> list[tuple[str, int]]:
@@ -88,11 +98,11 @@ def produce_loop(
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
         seq = RECORD.unpack(msg.value())[1]
+        if err is not None:
+            ledger.count_failure(kind, err)
+            return
         with ledger.lock:
-            if err is None:
-                ledger.acked[kind][seq] = (msg.topic(), msg.partition())
-            else:
-                ledger.failed[kind] += 1
+            ledger.acked[kind][seq] = (msg.topic(), msg.partition())
 
     cycle = itertools.cycle(targets)
     while not stop.is_set():
@@ -105,15 +115,30 @@ def produce_loop(
     producer.flush(180)
 
 
+def transactional_producer(bootstrap: str, stop: threading.Event) -> Producer | None:
+    """A new instance of the soak's transactional id, initialised; init_transactions is
+    retried while the coordinator is busy (CONCURRENT_TRANSACTIONS while it aborts the
+    previous instance's transaction) or moving. None once `stop` is set."""
+    while not stop.is_set():
+        producer = Producer(
+            {**QUIET, "bootstrap.servers": bootstrap, "transactional.id": "soak-txn", "transaction.timeout.ms": 60_000}
+        )
+        try:
+            producer.init_transactions(120)
+            return producer
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+        stop.wait(2.0)
+    return None
+
+
 def transactions_loop(bootstrap: str, targets: list[tuple[str, int]], ledger: Ledger, stop: threading.Event) -> None:
     rng = random.Random(7)
-    producer = Producer(
-        {**QUIET, "bootstrap.servers": bootstrap, "transactional.id": "soak-txn", "transaction.timeout.ms": 60_000}
-    )
-    producer.init_transactions(120)
+    producer = transactional_producer(bootstrap, stop)
     seqs = itertools.count()
     for n in itertools.count():
-        if stop.is_set():
+        if producer is None or stop.is_set():
             return
         chosen = rng.sample(targets, 5)
         sent: list[tuple[int, tuple[str, int]]] = []
@@ -132,27 +157,16 @@ def transactions_loop(bootstrap: str, targets: list[tuple[str, int]], ledger: Le
                 producer.commit_transaction(120)
                 with ledger.lock:
                     ledger.acked[TRANSACTIONAL].update(dict(sent))
-        except Exception as exc:  # an unknown outcome: abort if we can, count it, go on
-            with ledger.lock:
-                ledger.failed[TRANSACTIONAL] += 1  # its records may be read or not: neither is checked
-                if "fatal" in str(exc).lower():
-                    ledger.problems.append(f"transaction {n}: {exc}")
+        except KafkaException as exc:  # an unknown outcome: its records may be read or not, neither is checked
+            ledger.count_failure(TRANSACTIONAL, exc.args[0])
             try:
                 producer.abort_transaction(120)
-            except Exception:
-                producer = Producer(
-                    {
-                        **QUIET,
-                        "bootstrap.servers": bootstrap,
-                        "transactional.id": "soak-txn",
-                        "transaction.timeout.ms": 60_000,
-                    }
-                )
-                producer.init_transactions(120)
-        time.sleep(2.0)
+            except KafkaException:
+                producer = transactional_producer(bootstrap, stop)  # fences the old instance
+        stop.wait(2.0)
 
 
-def group_loop(bootstrap: str, topics: list[str], member: int, stop: threading.Event) -> None:
+def group_loop(bootstrap: str, topics: list[str], member: int, ledger: Ledger, stop: threading.Event) -> None:
     consumer = Consumer(
         {
             **QUIET,
@@ -166,7 +180,10 @@ def group_loop(bootstrap: str, topics: list[str], member: int, stop: threading.E
     consumer.subscribe(topics)
     last_commit = time.monotonic()
     while not stop.is_set():
-        consumer.poll(0.5)
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error():
+            with ledger.lock:
+                ledger.errors[f"group: {msg.error().name()}"] += 1
         if time.monotonic() - last_commit >= 5.0:
             try:
                 consumer.commit(asynchronous=False)
@@ -215,6 +232,8 @@ def tail_loop(bootstrap: str, targets: list[tuple[str, int]], ledger: Ledger, st
     while not stop.is_set():
         for msg in consumer.consume(1000, 0.5):
             if msg.error():
+                with ledger.lock:
+                    ledger.errors[f"tail: {msg.error().name()}"] += 1
                 continue
             kind, seq = RECORD.unpack(msg.value())
             key = (msg.topic(), msg.partition(), kind)
@@ -411,11 +430,14 @@ def faults(
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit("soak: stopped by SIGTERM"))  # children stop too
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--partitions", type=int, default=5000)
     parser.add_argument("--kill-every-s", type=float, default=300.0)
-    parser.add_argument("--rate", type=float, default=200.0, help="records/s of each of the two plain producers")
+    parser.add_argument(
+        "--rate", type=float, default=50.0, help="records/s of the idempotent and of the plain producer"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report-dir", default=None, help="where samples.csv goes (default: a new temporary dir)")
     args = parser.parse_args()
@@ -451,8 +473,8 @@ def main() -> None:
                 threading.Thread(target=produce_loop, args=(IDEMPOTENT, az["az1"], targets, args.rate, ledger, stop)),
                 threading.Thread(target=produce_loop, args=(PLAIN, az["az2"], targets, args.rate, ledger, stop)),
                 threading.Thread(target=transactions_loop, args=(az["az3"], targets, ledger, stop)),
-                threading.Thread(target=group_loop, args=(cluster.bootstrap, classic, 0, stop)),
-                threading.Thread(target=group_loop, args=(cluster.bootstrap, classic, 1, stop)),
+                threading.Thread(target=group_loop, args=(cluster.bootstrap, classic, 0, ledger, stop)),
+                threading.Thread(target=group_loop, args=(cluster.bootstrap, classic, 1, ledger, stop)),
                 threading.Thread(target=watch_commits, args=(cluster.bootstrap, classic, ledger, stop)),
                 threading.Thread(target=tail_loop, args=(cluster.bootstrap, targets, ledger, stop)),
             ]
@@ -467,7 +489,7 @@ def main() -> None:
                         acked = sum(len(v) for v in ledger.acked.values())
                         print(
                             f"[{(time.monotonic() - started) / 60:5.1f} min] acked {acked:,} "
-                            f"tailed {ledger.tailed:,} failed {dict(ledger.failed)}",
+                            f"tailed {ledger.tailed:,} failed {dict(ledger.errors)}",
                             flush=True,
                         )
             stop_faults.set()
@@ -481,7 +503,7 @@ def main() -> None:
             print(
                 f"soak done: {sum(len(v) for v in ledger.acked.values()):,} acknowledged records "
                 f"({', '.join(f'{k}: {len(v):,}' for k, v in sorted(ledger.acked.items()))}), "
-                f"{len(ledger.aborted):,} aborted, failures {dict(ledger.failed)}, "
+                f"{len(ledger.aborted):,} aborted, definite failures {dict(ledger.errors) or 'none'}, "
                 f"commits checked on {len(ledger.commits):,} partitions"
             )
     if problems:
