@@ -58,6 +58,14 @@ KIND_NAMES = {IDEMPOTENT: "idempotent", PLAIN: "plain", TRANSACTIONAL: "transact
 TOPIC_PARTITIONS = 100
 SAMPLE_S = 10.0
 DELAYS = {"PUT": 20, "GET": 10}
+# leadership moving or a broker restarting: ask again
+MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
 QUIET = {"log_level": 2}  # librdkafka logs every disconnect of a killed broker at level 3-6
 
 
@@ -246,6 +254,20 @@ def tail_loop(bootstrap: str, targets: list[tuple[str, int]], ledger: Ledger, st
     consumer.close()
 
 
+def high_watermark(consumer: Consumer, tp: tuple[str, int], within_s: float = 300.0) -> int:
+    """The partition's high watermark, asking again while its leadership moves (the first
+    soak's audit died of a NOT_LEADER_FOR_PARTITION here)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(*tp), timeout=60)[1])
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in MOVING) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def audit(bootstrap: str, targets: list[tuple[str, int]], ledger: Ledger) -> list[str]:
     """Read every partition to its end; compare with the ledger."""
     consumer = Consumer(
@@ -257,9 +279,7 @@ def audit(bootstrap: str, targets: list[tuple[str, int]], ledger: Ledger) -> lis
             "enable.auto.commit": False,
         }
     )
-    ends = {}
-    for topic, index in targets:
-        ends[(topic, index)] = consumer.get_watermark_offsets(TopicPartition(topic, index), timeout=60)[1]
+    ends = {tp: high_watermark(consumer, tp) for tp in targets}
     consumer.assign([TopicPartition(t, i, OFFSET_BEGINNING) for t, i in targets])
     seen: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     order: dict[tuple[str, int, int], int] = {}
